@@ -1,0 +1,1 @@
+"""Ayo package (filled in by later work)."""
