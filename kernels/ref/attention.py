@@ -6,7 +6,7 @@ def _gather(cache: torch.Tensor, block_table: torch.Tensor, length: int) -> torc
     """The first ``length`` cached positions of one sequence: ``[length, Hkv, D]``."""
     block_size = cache.shape[1]
     blocks = block_table[: (length + block_size - 1) // block_size].long()
-    return cache[blocks].flatten(0, 1)[:length]
+    return cache.index_select(0, blocks).flatten(0, 1)[:length]
 
 
 def paged_decode_attention(
@@ -25,15 +25,18 @@ def paged_decode_attention(
     block_size, num_kv_heads = k_cache.shape[1], k_cache.shape[2]
     max_len = int(seq_lens.max())
     nblocks = (max_len + block_size - 1) // block_size
+    lens = seq_lens.to(q.device).long()
+    # Table entries past a sequence's last block may point anywhere: send them to its first
+    # block, so every gathered slot holds finite data (masked below). Slots past a sequence's
+    # end inside its last block must hold finite values, as any cache a model wrote does.
+    used = (lens + block_size - 1) // block_size
+    cols = torch.arange(nblocks, device=q.device)
     table = block_tables[:, :nblocks].long()
-    pos = torch.arange(max_len, device=q.device)
-    valid = pos[None, :] < seq_lens[:, None].to(q.device)  # [B, L]
-    # Slots past a sequence's end hold whatever was there (maybe NaN): zero them, since a
-    # masked score still multiplies its value.
-    keep = valid[:, :, None, None]
-    k = k_cache[table].flatten(1, 2)[:, :max_len].where(keep, 0).transpose(1, 2)  # [B,Hkv,L,D]
-    v = v_cache[table].flatten(1, 2)[:, :max_len].where(keep, 0).transpose(1, 2)
-    mask = valid[:, None, None, :]  # [B, 1, 1, L]
+    table = torch.where(cols[None, :] < used[:, None], table, table[:, :1])
+    gathered = (batch, nblocks * block_size, num_kv_heads, head_dim)
+    k = k_cache.index_select(0, table.flatten()).view(gathered)[:, :max_len].transpose(1, 2)
+    v = v_cache.index_select(0, table.flatten()).view(gathered)[:, :max_len].transpose(1, 2)
+    mask = (torch.arange(max_len, device=q.device)[None, :] < lens[:, None])[:, None, None, :]
     out = F.scaled_dot_product_attention(
         q[:, :, None, :],
         k,

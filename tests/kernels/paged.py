@@ -21,9 +21,10 @@ def make_paged(
     dtype: torch.dtype,
     device: torch.device,
 ) -> PagedBatch:
-    """Random K/V for each sequence in randomly permuted blocks. Unused blocks and the unused
-    tail of each sequence's last block hold NaN, so a kernel that reads past a sequence's
-    length, or the wrong block, poisons its output."""
+    """Random K/V for each sequence in randomly permuted blocks. Unused blocks hold NaN and the
+    unused tail of each sequence's last block holds 1e4 (finite, as a model-written cache
+    always is), so a kernel that reads a wrong block, or past a sequence's end without
+    masking it, visibly corrupts its output."""
     per_seq = [(n + block_size - 1) // block_size for n in seq_lens]
     num_blocks = sum(per_seq) + 3
     shape = (num_blocks, block_size, num_kv_heads, head_dim)
@@ -37,6 +38,8 @@ def make_paged(
         blocks = order[used : used + count]
         used += count
         tables[b, :count] = torch.tensor(blocks, dtype=torch.int32)
+        k_cache[blocks[-1]] = 1e4
+        v_cache[blocks[-1]] = 1e4
         for i in range(length):
             blk, off = blocks[i // block_size], i % block_size
             k_cache[blk, off] = torch.randn(num_kv_heads, head_dim, device=device).to(dtype)
