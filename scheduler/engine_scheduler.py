@@ -1,0 +1,260 @@
+"""Engine schedulers: one per engine instance, shared by every query.
+
+A bounded queue of :class:`PendingRequest`, a batching policy, batch limits, backpressure; the
+dispatcher is an asyncio task woken by events (a request arrived, a batch finished, the fill
+timer fired), never by polling. The engine computes a batch however it likes (worker threads);
+each request's future gets its own result or its own error.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from .batching import BatchLimits, PendingRequest, form_batch, make_order
+
+log = logging.getLogger(__name__)
+
+
+class QueueFull(RuntimeError):
+    """The engine's queue is at its limit and the caller asked not to wait (HTTP 429)."""
+
+
+class EngineStopped(RuntimeError):
+    """The engine scheduler stopped before the request ran."""
+
+
+class BatchRunner(Protocol):
+    """What an engine scheduler drives: compute one batch, one result or error per payload."""
+
+    async def run_batch(self, payloads: list[Any]) -> Sequence[Any]:
+        """Results in payload order; an item may be an exception instance, which fails only
+        that request. Raising fails the whole batch (and only it)."""
+        ...
+
+
+@dataclass(frozen=True)
+class BatchRecord:
+    """One finished batch, for traces and metrics (times from the scheduler's clock)."""
+
+    engine: str
+    requests: tuple[PendingRequest, ...]
+    started: float
+    ended: float
+    ok: bool
+
+
+class EngineScheduler:
+    """Queue + policy + limits in front of one engine instance.
+
+    Args:
+        engine: the batch runner.
+        name: engine instance name (traces, errors, metrics).
+        policy: ``fcfs``, ``depth`` or ``critical_path`` (see :mod:`.batching`).
+        limits: per-batch limits.
+        max_queue: pending requests beyond which ``submit`` waits (or raises QueueFull).
+        max_inflight: batches the engine may compute at once (1 for a serial engine; more for
+            an engine that batches internally, like the LLM engine's continuous batching).
+        on_batch: called with each finished :class:`BatchRecord`.
+        clock: seconds, monotonic; injectable for simulation.
+    """
+
+    def __init__(
+        self,
+        engine: BatchRunner,
+        name: str,
+        *,
+        policy: str = "fcfs",
+        limits: BatchLimits | None = None,
+        max_queue: int = 1024,
+        max_inflight: int = 1,
+        on_batch: Callable[[BatchRecord], None] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        **policy_options: float,
+    ) -> None:
+        if max_queue < 1 or max_inflight < 1:
+            raise ValueError("max_queue and max_inflight must be >= 1")
+        self.engine = engine
+        self.name = name
+        self.policy = policy
+        self.limits = limits or BatchLimits()
+        self.max_queue = max_queue
+        self.max_inflight = max_inflight
+        self._order = make_order(policy, **policy_options)
+        self._on_batch = on_batch
+        self._clock = clock
+        self._pending: list[PendingRequest] = []
+        self._futures: dict[int, asyncio.Future] = {}
+        self._seq = itertools.count()
+        self._wake = asyncio.Event()
+        self._space = asyncio.Event()
+        self._space.set()
+        self._inflight = 0
+        self._running: set[asyncio.Task] = set()
+        self._task: asyncio.Task | None = None
+        self.batches = 0
+        self.items = 0
+
+    # -- public ---------------------------------------------------------------------------
+    def start(self) -> None:
+        if self._task is None:
+            self._task = asyncio.get_running_loop().create_task(self._dispatch_loop())
+
+    async def stop(self) -> None:
+        """Stop dispatching; pending requests fail with EngineStopped, running batches finish."""
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+        for r in self._pending:
+            fut = self._futures.pop(id(r))
+            if not fut.done():
+                fut.set_exception(EngineStopped(f"engine {self.name!r} stopped"))
+        self._pending.clear()
+        if self._running:
+            await asyncio.gather(*self._running, return_exceptions=True)
+
+    @property
+    def queue_length(self) -> int:
+        return len(self._pending)
+
+    @property
+    def load(self) -> int:
+        """Pending plus in-flight batches: what load balancing compares."""
+        return len(self._pending) + self._inflight
+
+    async def submit(self, request: PendingRequest, *, wait: bool = True) -> Any:
+        """Queue ``request`` and wait for its result (or its error).
+
+        With the queue full, waits for space (backpressure) or, with ``wait=False``, raises
+        :class:`QueueFull`. Cancelling the returned wait withdraws a request not yet running.
+        """
+        while len(self._pending) >= self.max_queue:
+            if not wait:
+                raise QueueFull(f"engine {self.name!r} queue is full ({self.max_queue})")
+            self._space.clear()
+            await self._space.wait()
+        request.seq = next(self._seq)
+        request.enqueued_at = self._clock()
+        fut = asyncio.get_running_loop().create_future()
+        self._futures[id(request)] = fut
+        self._pending.append(request)
+        self._wake.set()
+        try:
+            return await fut
+        except asyncio.CancelledError:
+            if request in self._pending:  # withdrawn before it ran
+                self._pending.remove(request)
+                self._futures.pop(id(request), None)
+                self._space.set()
+            raise
+
+    def stats(self) -> dict[str, float]:
+        return {
+            "queue_length": len(self._pending),
+            "inflight_batches": self._inflight,
+            "batches": self.batches,
+            "items": self.items,
+            "mean_batch_items": self.items / self.batches if self.batches else 0.0,
+        }
+
+    # -- dispatch -------------------------------------------------------------------------
+    async def _dispatch_loop(self) -> None:
+        while True:
+            while not self._pending or self._inflight >= self.max_inflight:
+                self._wake.clear()
+                await self._wake.wait()
+            await self._fill_wait()
+            if not self._pending:
+                continue
+            batch = form_batch(self._order(self._pending, self._clock()), self.limits)
+            for r in batch:
+                self._pending.remove(r)
+            self._space.set()
+            self._inflight += 1
+            task = asyncio.get_running_loop().create_task(self._run(batch))
+            self._running.add(task)
+            task.add_done_callback(self._running.discard)
+
+    async def _fill_wait(self) -> None:
+        """With ``max_wait_ms``, give a partial batch until its oldest request has waited that
+        long to fill up; wakes early when it fills."""
+        if self.limits.max_wait_ms <= 0:
+            return
+        deadline = min(r.enqueued_at for r in self._pending) + self.limits.max_wait_ms / 1e3
+        while sum(r.items for r in self._pending) < self.limits.max_items:
+            remaining = deadline - self._clock()
+            if remaining <= 0:
+                return
+            self._wake.clear()
+            try:
+                await asyncio.wait_for(self._wake.wait(), remaining)
+            except asyncio.TimeoutError:
+                return
+
+    async def _run(self, batch: list[PendingRequest]) -> None:
+        started = self._clock()
+        ok = True
+        try:
+            results = await self.engine.run_batch([r.payload for r in batch])
+            if len(results) != len(batch):
+                raise RuntimeError(
+                    f"engine {self.name!r} returned {len(results)} results for {len(batch)}"
+                )
+        except Exception as exc:  # the whole batch failed: each of its queries gets the cause
+            log.warning("engine %s: batch of %d failed: %r", self.name, len(batch), exc)
+            results = [exc] * len(batch)
+            ok = False
+        finally:
+            self._inflight -= 1
+            self._wake.set()
+        self.batches += 1
+        self.items += sum(r.items for r in batch)
+        for r, res in zip(batch, results):
+            fut = self._futures.pop(id(r), None)
+            if fut is None or fut.done():
+                continue  # the query was cancelled meanwhile
+            if isinstance(res, BaseException):
+                fut.set_exception(res)
+            else:
+                fut.set_result(res)
+        if self._on_batch is not None:
+            self._on_batch(BatchRecord(self.name, tuple(batch), started, self._clock(), ok))
+
+
+class EnginePool:
+    """Several instances of one engine behind one submit: each request goes to the instance with
+    the least load (queue + running batches, plus ``extra_load`` such as KV-cache usage)."""
+
+    def __init__(
+        self,
+        schedulers: Sequence[EngineScheduler],
+        extra_load: Callable[[EngineScheduler], float] | None = None,
+    ) -> None:
+        if not schedulers:
+            raise ValueError("an engine pool needs at least one instance")
+        self.schedulers = list(schedulers)
+        self._extra = extra_load
+
+    def pick(self) -> EngineScheduler:
+        def load(s: EngineScheduler) -> float:
+            return s.load + (self._extra(s) if self._extra else 0.0)
+
+        return min(self.schedulers, key=load)
+
+    async def submit(self, request: PendingRequest, *, wait: bool = True) -> Any:
+        return await self.pick().submit(request, wait=wait)
+
+    def start(self) -> None:
+        for s in self.schedulers:
+            s.start()
+
+    async def stop(self) -> None:
+        await asyncio.gather(*(s.stop() for s in self.schedulers))
