@@ -8,9 +8,16 @@ torch is deliberately unpinned here. On a CPU machine install ``torch==2.13.0`` 
 wheel) *before* this package, as ``scripts/setup.sh`` does, so pip never resolves a CUDA build.
 """
 
+from pathlib import Path
+
 from setuptools import find_packages, setup
 
-_ROOTS = {"ayo": "ayo", "ayo.kernels": "kernels", "ayo.engines": "engines", "ayo.scheduler": "scheduler"}
+_ROOTS = {
+    "ayo": "ayo",
+    "ayo.kernels": "kernels",
+    "ayo.engines": "engines",
+    "ayo.scheduler": "scheduler",
+}
 
 
 def _packages() -> tuple[list[str], dict[str, str]]:
@@ -27,7 +34,7 @@ setup(
     name="ayo",
     version="0.1.0",
     description="End-to-end optimized runtime for LLM applications (RAG, agents) on one node",
-    long_description=open("README.md", encoding="utf-8").read(),
+    long_description=Path(__file__).with_name("README.md").read_text(encoding="utf-8"),
     long_description_content_type="text/markdown",
     python_requires=">=3.10",
     packages=packages,

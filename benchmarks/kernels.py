@@ -129,8 +129,8 @@ def cases(device: torch.device, dtype: torch.dtype) -> list[Case]:
                 f"B{batch} L{length} H{hq}/{hkv} D{dim}",
                 "GB/s",
                 2 * batch * length * hkv * dim * el + 2 * batch * hq * dim * el,
-                lambda be, a=(q, kc, vc, bt, lens): K.paged_decode_attention(
-                    *a, dim**-0.5, backend=be
+                lambda be, a=(q, kc, vc, bt, lens, dim**-0.5): K.paged_decode_attention(
+                    *a, backend=be
                 ),
             )
         )
@@ -146,8 +146,8 @@ def cases(device: torch.device, dtype: torch.dtype) -> list[Case]:
                 f"B{batch} L{length} H{hq}/{hkv} D{dim}",
                 "TFLOP/s",
                 flops,
-                lambda be, a=(q, kc, vc, bt, cu, lens): K.paged_prefill_attention(
-                    *a, dim**-0.5, backend=be
+                lambda be, a=(q, kc, vc, bt, cu, lens, dim**-0.5): K.paged_prefill_attention(
+                    *a, backend=be
                 ),
             )
         )
