@@ -53,4 +53,6 @@ def print_table(headers: list[str], rows: list[list[object]]) -> None:
     print(line)
     print("-+-".join("-" * w for w in widths))
     for r in cells:
-        print(" | ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths))))
+        print(
+            " | ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths)))
+        )
