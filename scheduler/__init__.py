@@ -1,1 +1,68 @@
-"""Ayo package (filled in by later work)."""
+"""The executable primitive graph (IR), its checks, and a reference executor.
+
+``ayo`` builds plans (modules -> primitives -> passes); this package defines what a plan is and
+runs it. See DESIGN.md "Concepts" and "Runtime".
+"""
+
+from .engine_api import DecodeParams
+from .errors import (
+    CycleError,
+    ExecutionError,
+    PassError,
+    PlanError,
+    PortTypeError,
+    PromptError,
+    StreamError,
+    UnboundPortError,
+    UnknownPortError,
+)
+from .executor import QueryRun, execute
+from .functions import MAP_FUNCTIONS, MapFn, register_map
+from .graph import INPUT_ID, OUTPUT_ID, Edge, EdgeKind, FrozenConfig, Node, Plan
+from .ops import Op, OpInfo
+from .ports import Port, PortType
+from .profile import DEFAULT_PROFILES, EngineProfile, LatencyModel
+from .prompt import Prompt, RegexTokenizer, Tokenizer
+from .validate import validate
+from .values import SKIPPED, Chunk, Doc, EndOfStream, SeqHandle
+
+__all__ = [
+    "DEFAULT_PROFILES",
+    "INPUT_ID",
+    "MAP_FUNCTIONS",
+    "OUTPUT_ID",
+    "SKIPPED",
+    "Chunk",
+    "CycleError",
+    "DecodeParams",
+    "Doc",
+    "Edge",
+    "EdgeKind",
+    "EndOfStream",
+    "EngineProfile",
+    "ExecutionError",
+    "FrozenConfig",
+    "LatencyModel",
+    "MapFn",
+    "Node",
+    "Op",
+    "OpInfo",
+    "PassError",
+    "Plan",
+    "PlanError",
+    "Port",
+    "PortType",
+    "PortTypeError",
+    "Prompt",
+    "PromptError",
+    "QueryRun",
+    "RegexTokenizer",
+    "SeqHandle",
+    "StreamError",
+    "Tokenizer",
+    "UnboundPortError",
+    "UnknownPortError",
+    "execute",
+    "register_map",
+    "validate",
+]

@@ -1,0 +1,40 @@
+"""App templates: a named workflow factory, specialized by which inputs a query brings."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from ayo.scheduler import PlanError
+from ayo.workflow import InputShape, Workflow
+
+
+@dataclass(frozen=True)
+class AppTemplate:
+    """A built-in application. ``build(shape)`` returns the workflow for queries of that shape
+    (an optional input that is absent removes its branch)."""
+
+    name: str
+    description: str
+    required: tuple[str, ...]
+    optional: tuple[str, ...]
+    build: Callable[[InputShape], Workflow]
+
+    def workflow(self, shape: InputShape) -> Workflow:
+        missing = [n for n in self.required if not shape.has(n)]
+        if missing:
+            raise PlanError(f"app {self.name!r} needs inputs {missing}", node="input")
+        unknown = [n for n, _ in shape.sizes if n not in self.required + self.optional]
+        if unknown:
+            raise PlanError(
+                f"app {self.name!r} has no inputs {unknown} (inputs: {self.required + self.optional})",
+                node="input",
+            )
+        return self.build(shape)
+
+    def example_shape(self, documents: int = 8) -> InputShape:
+        """A typical query shape: every input present, ``documents`` documents."""
+        sizes = {n: 1 for n in self.required + self.optional}
+        if "documents" in sizes:
+            sizes["documents"] = documents
+        return InputShape.from_sizes(**sizes)

@@ -1,0 +1,46 @@
+"""contextual_rag: an LLM writes a context for each chunk at ingestion (contextual retrieval)."""
+
+from __future__ import annotations
+
+from ayo.scheduler import PortType, Prompt
+from ayo.workflow import (
+    TEMP,
+    Indexing,
+    InputShape,
+    Rerank,
+    Search,
+    Synthesis,
+    Workflow,
+    WorkflowBuilder,
+)
+
+from .base import AppTemplate
+from .rag import ANSWER
+
+CONTEXT = Prompt(
+    "Here is a chunk of a document. Write one short sentence that situates this chunk within the "
+    "document, to improve search retrieval of the chunk.\nChunk: {chunk}\nContext:"
+)
+
+
+def build_contextual_rag(shape: InputShape) -> Workflow:
+    wf = WorkflowBuilder("contextual_rag")
+    question = wf.input("question")
+    documents = wf.input("documents", PortType.TEXT_LIST)
+    index = wf.add(
+        Indexing("indexing", documents=documents, collection=TEMP, context_prompt=CONTEXT)
+    )
+    hits = wf.add(Search("retrieval", query=question, k=32, collection=index["collection"]))
+    best = wf.add(Rerank("rerank", query=question, docs=hits["docs"], top_k=3))
+    answer = wf.add(Synthesis("synthesis", ANSWER, {"question": question, "context": best["docs"]}))
+    wf.output("answer", answer["answer"])
+    return wf.build()
+
+
+CONTEXTUAL_RAG = AppTemplate(
+    "contextual_rag",
+    "LLM writes a context per chunk at ingestion; search 32, rerank to top 3, one-shot answer",
+    ("question", "documents"),
+    (),
+    build_contextual_rag,
+)

@@ -1,0 +1,35 @@
+"""The workflow API: modules wired by typed port references, and their decomposition."""
+
+from ayo.scheduler import Prompt
+
+from .control import Aggregate, Condition, Map, Primitive
+from .core import InputShape, Module, ModuleHandle, PortRef, Workflow, WorkflowBuilder
+from .llm_modules import Judge, QueryExpansion, Synthesis
+from .lowering import Lowering, Source, lower
+from .modules import TEMP, Embed, Indexing, KeywordSearch, Rerank, Search
+
+__all__ = [
+    "TEMP",
+    "Aggregate",
+    "Condition",
+    "Embed",
+    "Indexing",
+    "InputShape",
+    "Judge",
+    "KeywordSearch",
+    "Lowering",
+    "Map",
+    "Module",
+    "ModuleHandle",
+    "PortRef",
+    "Primitive",
+    "Prompt",
+    "QueryExpansion",
+    "Rerank",
+    "Search",
+    "Source",
+    "Synthesis",
+    "Workflow",
+    "WorkflowBuilder",
+    "lower",
+]

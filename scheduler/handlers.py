@@ -1,0 +1,240 @@
+"""What each primitive does, given its inputs and the engines.
+
+A handler takes the node, its input values by port name and the query context, and returns its
+outputs by port name. For a node consuming a stream the executor calls the same handler once per
+chunk, with the item port holding that chunk's items, so streamed and whole runs agree.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from .engine_api import DecodeParams
+from .functions import get_map
+from .graph import Node
+from .ops import Op
+from .parsers import ItemParser, parse_items
+from .prompt import Prompt
+from .values import SKIPPED, SeqHandle
+
+logger = logging.getLogger(__name__)
+
+TEMP_COLLECTION = "@query"
+
+
+@dataclass
+class QueryContext:
+    """Per-query state the handlers need: the engines, the LLM sequences still open and the
+    temporary collections made (both released when the query ends, however it ends)."""
+
+    query_id: str
+    engines: Mapping[str, Any]
+    temp_collections: set[tuple[str, str]] = field(default_factory=set)
+    open_seqs: dict[tuple[str, int], Any] = field(default_factory=dict)
+
+    async def release(self) -> None:
+        """Close sequences left open (a failed or cancelled query) and drop temp collections."""
+        for (engine, _), seq in list(self.open_seqs.items()):
+            await self.engines[engine].close(seq)
+        self.open_seqs.clear()
+        for engine, name in sorted(self.temp_collections):
+            await self.engines[engine].drop(name)
+        self.temp_collections.clear()
+
+    async def open_seq(self, engine: str) -> Any:
+        seq = await self.engines[engine].open()
+        self.open_seqs[(engine, id(seq))] = seq
+        return seq
+
+    async def close_seq(self, engine: str, seq: Any) -> None:
+        self.open_seqs.pop((engine, id(seq)), None)
+        await self.engines[engine].close(seq)
+
+    def engine(self, node: Node) -> Any:
+        try:
+            return self.engines[node.engine]
+        except KeyError:
+            raise KeyError(
+                f"no engine named {node.engine!r} (has: {sorted(self.engines)})"
+            ) from None
+
+
+Handler = Callable[[Node, dict[str, Any], QueryContext], Awaitable[dict[str, Any]]]
+
+
+def _text(piece: Any) -> str:
+    return piece if isinstance(piece, str) else piece.text
+
+
+async def _open_prefilled(ctx: QueryContext, engine: str, ids: list[int]) -> SeqHandle:
+    llm = ctx.engines[engine]
+    seq = await ctx.open_seq(engine)
+    if ids:
+        await llm.prefill(seq, ids)
+    return SeqHandle(engine, seq, tuple(ids))
+
+
+async def _prefill(node: Node, inputs: dict[str, Any], ctx: QueryContext) -> dict[str, Any]:
+    llm, prompt = ctx.engine(node), node.config["prompt"]
+    over = node.config.get("item_port", "")
+    if not over:
+        return {
+            "seq": await _open_prefilled(
+                ctx, node.engine, llm.tokenizer.encode(prompt.render(inputs))
+            )
+        }
+    renders = [prompt.render({**inputs, over: item}) for item in inputs[over]]
+    seqs = await asyncio.gather(
+        *(_open_prefilled(ctx, node.engine, llm.tokenizer.encode(r)) for r in renders)
+    )
+    return {"seqs": list(seqs)}
+
+
+async def _partial_prefill(node: Node, inputs: dict[str, Any], ctx: QueryContext) -> dict[str, Any]:
+    # The early text is a prefix of the full prompt. Its last token may merge with the text that
+    # follows, so it is held back: FullPrefill tokenizes the whole prompt once and appends the rest.
+    llm, prompt = ctx.engine(node), node.config["prompt"]
+    head = Prompt(prompt.template[: node.config["split_at"]])
+    ids = llm.tokenizer.encode(head.render(inputs))[:-1]
+    return {"seq": await _open_prefilled(ctx, node.engine, ids)}
+
+
+async def _full_prefill(node: Node, inputs: dict[str, Any], ctx: QueryContext) -> dict[str, Any]:
+    llm, handle = ctx.engine(node), inputs["seq"]
+    ids = llm.tokenizer.encode(node.config["prompt"].render(inputs))
+    done = list(handle.prefilled)
+    if ids[: len(done)] == done:
+        if len(ids) > len(done):
+            await llm.prefill(handle.seq, ids[len(done) :])
+        return {"seq": SeqHandle(handle.engine, handle.seq, tuple(ids))}
+    logger.warning(
+        "node %s: early tokens are not a prefix of the full prompt; prefilling again", node.id
+    )
+    await ctx.close_seq(node.engine, handle.seq)
+    return {"seq": await _open_prefilled(ctx, node.engine, ids)}
+
+
+async def _decode_text(ctx: QueryContext, handle: SeqHandle, params: DecodeParams) -> str:
+    try:
+        return "".join(
+            [_text(p) async for p in ctx.engines[handle.engine].decode(handle.seq, params)]
+        )
+    finally:
+        await ctx.close_seq(handle.engine, handle.seq)
+
+
+async def _decode(node: Node, inputs: dict[str, Any], ctx: QueryContext) -> dict[str, Any]:
+    cfg = node.config
+    params = DecodeParams(max_tokens=cfg["max_tokens"])
+    if cfg.get("item_port"):
+        texts = await asyncio.gather(*(_decode_text(ctx, h, params) for h in inputs["seqs"]))
+        return {"texts": list(texts)}
+    text = await _decode_text(ctx, inputs["seq"], params)
+    if cfg["parse"] == "text":
+        return {"text": text}
+    return {"items": parse_items(text, cfg["parse"], cfg["max_items"])}
+
+
+async def partial_decode_items(
+    node: Node, inputs: dict[str, Any], ctx: QueryContext
+) -> AsyncIterator[str]:
+    """PartialDecode: yield each list item as soon as the parser sees it complete."""
+    llm, cfg, handle = ctx.engine(node), node.config, inputs["seq"]
+    parser = ItemParser(cfg["parse"], cfg["max_items"])
+    try:
+        async for piece in llm.decode(handle.seq, DecodeParams(max_tokens=cfg["max_tokens"])):
+            for item in parser.feed(_text(piece)):
+                yield item
+        for item in parser.finish():
+            yield item
+    finally:
+        await ctx.close_seq(handle.engine, handle.seq)
+
+
+async def _embed(node: Node, inputs: dict[str, Any], ctx: QueryContext) -> dict[str, Any]:
+    texts = [t if isinstance(t, str) else t.text for t in inputs["texts"]]
+    return {"vectors": list(await ctx.engine(node).embed(texts)) if texts else []}
+
+
+def _collection(node: Node, ctx: QueryContext) -> str:
+    name = node.config["collection"]
+    if name != TEMP_COLLECTION:
+        return name
+    temp = f"{ctx.query_id}/{node.id}"
+    ctx.temp_collections.add((node.engine, temp))
+    return temp
+
+
+async def _ingest(node: Node, inputs: dict[str, Any], ctx: QueryContext) -> dict[str, Any]:
+    name = _collection(node, ctx)
+    docs, vectors = inputs["docs"], inputs["vectors"]
+    if len(docs) != len(vectors):
+        raise ValueError(f"{len(docs)} docs but {len(vectors)} vectors")
+    await ctx.engine(node).ingest(name, list(docs), list(vectors))
+    return {"collection": name}
+
+
+async def _search(node: Node, inputs: dict[str, Any], ctx: QueryContext) -> dict[str, Any]:
+    collection = inputs["collection"] if "collection" in inputs else node.config["collection"]
+    if not inputs["vectors"]:
+        return {"docs": []}
+    hits = await ctx.engine(node).search(collection, list(inputs["vectors"]), node.config["k"])
+    return {"docs": [d for per_query in hits for d in per_query]}
+
+
+async def _keyword_search(node: Node, inputs: dict[str, Any], ctx: QueryContext) -> dict[str, Any]:
+    if not inputs["queries"]:
+        return {"docs": []}
+    hits = await ctx.engine(node).search(list(inputs["queries"]), node.config["k"])
+    return {"docs": [d for per_query in hits for d in per_query]}
+
+
+async def _rerank(node: Node, inputs: dict[str, Any], ctx: QueryContext) -> dict[str, Any]:
+    if not inputs["docs"]:
+        return {"docs": []}
+    return {
+        "docs": list(
+            await ctx.engine(node).rerank(
+                inputs["query"], list(inputs["docs"]), node.config["top_k"]
+            )
+        )
+    }
+
+
+async def _condition(node: Node, inputs: dict[str, Any], ctx: QueryContext) -> dict[str, Any]:
+    if not isinstance(inputs["flag"], bool):
+        raise TypeError(f"Condition flag must be a bool, got {type(inputs['flag']).__name__}")
+    value = inputs["value"]
+    return {"then": value, "else": SKIPPED} if inputs["flag"] else {"then": SKIPPED, "else": value}
+
+
+async def _aggregate(node: Node, inputs: dict[str, Any], ctx: QueryContext) -> dict[str, Any]:
+    # Stream modes (concat, same) are executor logic; these two take two values.
+    if node.config["mode"] == "merge":
+        return {"value": [*inputs["a"], *inputs["b"]]}
+    return {"value": inputs["a"] if inputs["a"] is not SKIPPED else inputs["b"]}
+
+
+async def _map(node: Node, inputs: dict[str, Any], ctx: QueryContext) -> dict[str, Any]:
+    spec = get_map(node.config["fn"])
+    return {"value": spec.func(node.config, **{p.name: inputs[p.name] for p in spec.inputs})}
+
+
+HANDLERS: dict[Op, Handler] = {
+    Op.PREFILL: _prefill,
+    Op.PARTIAL_PREFILL: _partial_prefill,
+    Op.FULL_PREFILL: _full_prefill,
+    Op.DECODE: _decode,
+    Op.EMBED: _embed,
+    Op.INGEST: _ingest,
+    Op.SEARCH: _search,
+    Op.KEYWORD_SEARCH: _keyword_search,
+    Op.RERANK: _rerank,
+    Op.CONDITION: _condition,
+    Op.AGGREGATE: _aggregate,
+    Op.MAP: _map,
+}

@@ -1,0 +1,87 @@
+"""Incremental parsers that cut a decoded text into list items.
+
+``Decode`` parses its whole text with the same parser that ``PartialDecode`` feeds piece by
+piece, so the two give the same items by construction.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+_MARKER = re.compile(r"^\s*(?:[-*•]|\d+[.)])\s+")
+_DECODER = json.JSONDecoder()
+
+
+class ItemParser:
+    """Feed text deltas, get back the items completed so far.
+
+    ``mode`` "lines": one item per non-empty line, list markers ("- ", "1. ") removed.
+    ``mode`` "json": the items of a JSON array of strings (other scalars become their text).
+    At most ``max_items`` items are returned in total (0 means no limit).
+    """
+
+    def __init__(self, mode: str, max_items: int = 0) -> None:
+        if mode not in ("lines", "json"):
+            raise ValueError(f"parse mode must be 'lines' or 'json', got {mode!r}")
+        self.mode = mode
+        self.max_items = max_items
+        self._buf = ""
+        self._pos = 0
+        self._emitted = 0
+        self._closed = False
+
+    def feed(self, delta: str) -> list[str]:
+        """Append ``delta``; return the newly completed items."""
+        self._buf += delta
+        items = self._lines(final=False) if self.mode == "lines" else self._json()
+        return self._limit(items)
+
+    def finish(self) -> list[str]:
+        """No more text: return the last items (a final line without a newline)."""
+        items = self._lines(final=True) if self.mode == "lines" else []
+        return self._limit(items)
+
+    def _limit(self, items: list[str]) -> list[str]:
+        if self.max_items:
+            items = items[: max(0, self.max_items - self._emitted)]
+        self._emitted += len(items)
+        return items
+
+    def _lines(self, final: bool) -> list[str]:
+        parts = self._buf.split("\n")
+        self._buf = "" if final else parts.pop()
+        out = [_MARKER.sub("", p).strip() for p in parts]
+        return [p for p in out if p]
+
+    def _json(self) -> list[str]:
+        items: list[str] = []
+        buf = self._buf
+        if self._pos == 0:
+            start = buf.find("[")
+            if start < 0:
+                return items
+            self._pos = start + 1
+        while not self._closed:
+            while self._pos < len(buf) and buf[self._pos] in " \t\r\n,":
+                self._pos += 1
+            if self._pos >= len(buf):
+                break
+            if buf[self._pos] == "]":
+                self._closed = True
+                break
+            try:
+                value, end = _DECODER.raw_decode(buf, self._pos)
+            except json.JSONDecodeError:
+                break  # incomplete item: wait for more text
+            if end >= len(buf) and not isinstance(value, str):
+                break  # a number may still be growing
+            items.append(value if isinstance(value, str) else json.dumps(value))
+            self._pos = end
+        return items
+
+
+def parse_items(text: str, mode: str, max_items: int = 0) -> list[str]:
+    """Parse a whole decoded text (what ``Decode`` does)."""
+    parser = ItemParser(mode, max_items)
+    return parser.feed(text) + parser.finish()

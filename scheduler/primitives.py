@@ -1,0 +1,205 @@
+"""Constructors for primitive nodes with the right ports for each op.
+
+These are what module decomposition emits; users may also call them to write a plan by hand.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from .errors import PlanError
+from .functions import get_map
+from .graph import INPUT_ID, OUTPUT_ID, FrozenConfig, Node
+from .ops import Op
+from .ports import Port, PortType
+from .prompt import Prompt
+
+T, TL, V, DL, SEQ, SEQS = (
+    PortType.TEXT,
+    PortType.TEXT_LIST,
+    PortType.VECTORS,
+    PortType.DOC_LIST,
+    PortType.SEQ,
+    PortType.SEQ_LIST,
+)
+DECODE_PARSE = ("text", "lines", "json")
+AGGREGATE_MODES = ("concat", "same", "coalesce", "merge")
+
+
+def input_node(ports: Iterable[Port]) -> Node:
+    return Node(INPUT_ID, Op.INPUT, outputs=tuple(ports))
+
+
+def output_node(ports: Iterable[Port]) -> Node:
+    return Node(OUTPUT_ID, Op.OUTPUT, inputs=tuple(ports))
+
+
+def control_port(index: int) -> Port:
+    """An ordering-only input (module-by-module execution); dependency pruning removes it."""
+    return Port(f"after_{index}", PortType.ANY, control=True)
+
+
+def embed(node_id: str, engine: str, texts: PortType = TL, module: str = "") -> Node:
+    """texts (TextList or DocList) -> vectors."""
+    if texts not in (TL, DL):
+        raise PlanError(f"Embed takes TextList or DocList, not {texts.value}", node=node_id)
+    return Node(
+        node_id,
+        Op.EMBED,
+        engine,
+        FrozenConfig(),
+        (Port("texts", texts),),
+        (Port("vectors", V),),
+        module,
+    )
+
+
+def ingest(node_id: str, engine: str, collection: str, module: str = "") -> Node:
+    """docs + vectors -> collection name. ``collection`` "@query" makes a per-query collection."""
+    return Node(
+        node_id,
+        Op.INGEST,
+        engine,
+        FrozenConfig(collection=collection),
+        (Port("docs", DL, aligned=True), Port("vectors", V)),
+        (Port("collection", T),),
+        module,
+    )
+
+
+def search(node_id: str, engine: str, k: int, collection: str | None, module: str = "") -> Node:
+    """vectors -> top-k docs per vector, concatenated. ``collection`` None: an input port."""
+    if k < 1:
+        raise PlanError(f"Search k must be >= 1, got {k}", node=node_id)
+    ins = (Port("vectors", V),) + ((Port("collection", T),) if collection is None else ())
+    cfg = FrozenConfig(k=k) if collection is None else FrozenConfig(k=k, collection=collection)
+    return Node(node_id, Op.SEARCH, engine, cfg, ins, (Port("docs", DL),), module)
+
+
+def keyword_search(node_id: str, engine: str, k: int, module: str = "") -> Node:
+    """queries -> top-k docs per query, concatenated."""
+    if k < 1:
+        raise PlanError(f"KeywordSearch k must be >= 1, got {k}", node=node_id)
+    return Node(
+        node_id,
+        Op.KEYWORD_SEARCH,
+        engine,
+        FrozenConfig(k=k),
+        (Port("queries", TL),),
+        (Port("docs", DL),),
+        module,
+    )
+
+
+def rerank(node_id: str, engine: str, top_k: int, module: str = "") -> Node:
+    """(query, docs) -> the ``top_k`` docs by relevance."""
+    if top_k < 1:
+        raise PlanError(f"Rerank top_k must be >= 1, got {top_k}", node=node_id)
+    return Node(
+        node_id,
+        Op.RERANK,
+        engine,
+        FrozenConfig(top_k=top_k),
+        (Port("query", T), Port("docs", DL)),
+        (Port("docs", DL),),
+        module,
+    )
+
+
+def prefill(
+    node_id: str, engine: str, prompt: Prompt, map_over: str = "", module: str = ""
+) -> Node:
+    """Placeholders -> a sequence with the rendered prompt prefilled.
+
+    With ``map_over`` the named placeholder takes a TextList and one sequence per item is
+    prefilled (output SeqList); the node then consumes that list as a stream when offered one.
+    """
+    if "seq" in prompt.placeholders:
+        raise PlanError(
+            "placeholder name {seq} is reserved for the sequence port; rename it", node=node_id
+        )
+    if map_over and map_over not in prompt.placeholders:
+        raise PlanError(f"map_over {map_over!r} is not a placeholder of the prompt", node=node_id)
+    ins = tuple(Port(p, TL if p == map_over else T) for p in prompt.placeholders)
+    cfg = (
+        FrozenConfig(prompt=prompt, item_port=map_over) if map_over else FrozenConfig(prompt=prompt)
+    )
+    out = Port("seqs", SEQS) if map_over else Port("seq", SEQ)
+    return Node(node_id, Op.PREFILL, engine, cfg, ins, (out,), module)
+
+
+def decode(
+    node_id: str,
+    engine: str,
+    max_tokens: int,
+    parse: str = "text",
+    max_items: int = 0,
+    over_list: bool = False,
+    module: str = "",
+) -> Node:
+    """A sequence -> its generated text (``parse`` "text") or the list items it writes
+    ("lines", "json"; at most ``max_items`` when > 0). ``over_list``: SeqList -> TextList."""
+    if max_tokens < 1:
+        raise PlanError(f"Decode max_tokens must be >= 1, got {max_tokens}", node=node_id)
+    if parse not in DECODE_PARSE:
+        raise PlanError(f"Decode parse must be one of {DECODE_PARSE}, got {parse!r}", node=node_id)
+    if over_list and parse != "text":
+        raise PlanError("Decode over a list of sequences returns one text each", node=node_id)
+    cfg = {"max_tokens": max_tokens, "parse": parse, "max_items": max_items}
+    if over_list:
+        return Node(
+            node_id,
+            Op.DECODE,
+            engine,
+            FrozenConfig(cfg, item_port="seqs"),
+            (Port("seqs", SEQS),),
+            (Port("texts", TL),),
+            module,
+        )
+    out = Port("text", T) if parse == "text" else Port("items", TL)
+    return Node(node_id, Op.DECODE, engine, FrozenConfig(cfg), (Port("seq", SEQ),), (out,), module)
+
+
+def condition(node_id: str, value_type: PortType, module: str = "") -> Node:
+    """(flag, value) -> value on ``then`` when flag is true, else on ``else``; the other is skipped."""
+    return Node(
+        node_id,
+        Op.CONDITION,
+        "",
+        FrozenConfig(),
+        (Port("flag", PortType.BOOL), Port("value", value_type)),
+        (Port("then", value_type), Port("else", value_type)),
+        module,
+    )
+
+
+def aggregate(node_id: str, mode: str, value_type: PortType, module: str = "") -> Node:
+    """``concat``: a list stream -> the list; ``same``: a stream of equal values -> the value;
+    ``coalesce``: inputs ``a``, ``b`` -> the first one not skipped; ``merge``: lists ``a + b``."""
+    if mode not in AGGREGATE_MODES:
+        raise PlanError(
+            f"Aggregate mode must be one of {AGGREGATE_MODES}, got {mode!r}", node=node_id
+        )
+    ins = (
+        (Port("a", value_type), Port("b", value_type))
+        if mode in ("coalesce", "merge")
+        else (Port("items", value_type),)
+    )
+    return Node(
+        node_id,
+        Op.AGGREGATE,
+        "",
+        FrozenConfig(mode=mode),
+        ins,
+        (Port("value", value_type),),
+        module,
+    )
+
+
+def map_node(node_id: str, fn: str, module: str = "", **params: object) -> Node:
+    """Run registered map function ``fn`` (see ``functions.py``) with ``params`` as its config."""
+    spec = get_map(fn)
+    cfg = FrozenConfig(params, fn=fn)
+    if spec.item_port:
+        cfg = cfg.with_(item_port=spec.item_port)
+    return Node(node_id, Op.MAP, "", cfg, spec.inputs, (Port("value", spec.output),), module)

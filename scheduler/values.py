@@ -1,0 +1,61 @@
+"""Values that flow along edges at run time."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Doc:
+    """A retrieved or ingested passage."""
+
+    id: str
+    text: str
+    score: float = 0.0
+
+
+@dataclass(frozen=True)
+class SeqHandle:
+    """A live LLM sequence and the token ids already prefilled into it."""
+
+    engine: str
+    seq: Any
+    prefilled: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """One micro-batch on a stream edge: ``items`` start at item ``offset`` of the whole list.
+
+    ``index`` counts chunks from 0 in the order the producer emitted them.
+    """
+
+    index: int
+    offset: int
+    items: Any
+
+
+@dataclass(frozen=True)
+class EndOfStream:
+    """Closes a stream. ``skipped`` is true when the producer's branch was not taken."""
+
+    chunks: int
+    skipped: bool = False
+
+
+class _Skipped:
+    """The value of every port on a branch a Condition did not take."""
+
+    _instance: _Skipped | None = None
+
+    def __new__(cls) -> _Skipped:
+        if cls._instance is None:
+            cls._instance = super().__new__(cls)
+        return cls._instance
+
+    def __repr__(self) -> str:
+        return "SKIPPED"
+
+
+SKIPPED = _Skipped()
