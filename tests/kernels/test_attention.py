@@ -5,6 +5,7 @@ import pytest
 import torch
 
 import ayo.kernels as K
+from ayo.kernels.ref import attention as ref_attention
 
 from .conftest import DEVICE, DTYPES, assert_close
 from .paged import make_paged
@@ -25,6 +26,18 @@ def test_decode_matches_reference(dtype, block_size, heads):
     actual = K.paged_decode_attention(*args, backend="triton")
     assert not actual.isnan().any()
     assert_close(actual, expected)
+
+
+def test_decode_large_batch_groups_by_length():
+    """Batches of 16+ are sorted by length and padded per group: same result as one group."""
+    lens = torch.randint(1, 120, (21,)).tolist()
+    batch = make_paged(lens, 16, 3, 64, torch.float32, DEVICE)
+    q = torch.randn(21, 9, 64, device=DEVICE)
+    args = (q, batch.k_cache, batch.v_cache, batch.block_tables, batch.seq_lens, 0.125)
+    grouped = ref_attention.paged_decode_attention(*args, groups=4)
+    single = ref_attention.paged_decode_attention(*args, groups=1)
+    torch.testing.assert_close(grouped, single, atol=1e-6, rtol=1e-6)
+    assert_close(K.paged_decode_attention(*args, backend="triton"), grouped)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
