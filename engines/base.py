@@ -1,0 +1,276 @@
+"""The shape every non-LLM engine shares: an async front, a batching worker thread behind it.
+
+Callers on the event loop ``await engine.submit(request)`` (or ``submit_many``); requests from
+many queries meet in one queue; a single worker thread drains up to ``max_batch_items`` of them,
+computes them together in :meth:`BatchingEngine.run_batch` (torch and faiss release the GIL) and
+hands each result back to the loop that asked with ``loop.call_soon_threadsafe``. Nothing polls:
+the worker sleeps on a condition variable, callers on futures.
+
+Errors are per request: ``validate`` rejects a bad request before it is queued, ``run_batch``
+may return an exception in a request's slot, and if ``run_batch`` itself raises on a batch of
+several requests, each request is re-run alone so only the culprit fails. The engine keeps
+serving either way.
+
+An engine scheduler that forms its own batches (``ayo.scheduler``) can bypass the built-in
+batching with :meth:`BatchingEngine.submit_batch` (one unit, executed as given) or call the
+synchronous :meth:`BatchingEngine.execute` from a thread of its own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import logging
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Generic, TypeVar
+
+from .errors import EngineClosed, EngineError
+
+logger = logging.getLogger(__name__)
+
+Req = TypeVar("Req")
+Res = TypeVar("Res")
+
+
+@dataclass(frozen=True)
+class BatchConfig:
+    """Batching limits of the built-in worker.
+
+    Attributes:
+        max_batch_items: most queued requests the worker takes in one round (>= 1).
+        num_threads: torch intra-op threads the worker thread uses (None: leave torch's setting).
+    """
+
+    max_batch_items: int = 512
+    num_threads: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.max_batch_items < 1:
+            raise ValueError(f"max_batch_items must be >= 1, got {self.max_batch_items}")
+        if self.num_threads is not None and self.num_threads < 1:
+            raise ValueError(f"num_threads must be >= 1 or None, got {self.num_threads}")
+
+
+@dataclass
+class EngineStats:
+    """Counters of one engine since it was built (a snapshot; safe to keep)."""
+
+    name: str
+    submitted: int = 0  # requests accepted into the queue
+    completed: int = 0  # requests that got a result
+    failed: int = 0  # requests that got an error (validation included)
+    batches: int = 0  # rounds of run_batch
+    busy_s: float = 0.0  # seconds the worker spent computing
+    queue_depth: int = 0  # requests waiting right now
+    extra: dict[str, float] = field(default_factory=dict)  # engine-specific counters
+
+    @property
+    def mean_batch(self) -> float:
+        """Mean requests per round."""
+        return (self.completed + self.failed) / self.batches if self.batches else 0.0
+
+
+@dataclass
+class _Pending(Generic[Req]):
+    request: Req
+    future: asyncio.Future
+    loop: asyncio.AbstractEventLoop
+
+
+@dataclass
+class _Unit(Generic[Req]):
+    """A batch formed by the caller, executed as one round."""
+
+    items: list[_Pending[Req]]
+
+
+def _deliver(future: asyncio.Future, result: object) -> None:
+    if future.done():  # cancelled by its caller meanwhile
+        return
+    if isinstance(result, BaseException):
+        future.set_exception(result)
+    else:
+        future.set_result(result)
+
+
+class BatchingEngine(Generic[Req, Res]):
+    """Base of the embedder, reranker, vector index and keyword engines.
+
+    Subclasses implement :meth:`run_batch` (worker thread) and optionally :meth:`validate`
+    (event loop, cheap) and :meth:`on_worker_start`. The worker thread starts on first use.
+    """
+
+    def __init__(self, name: str, batch: BatchConfig | None = None) -> None:
+        self.name = name
+        self.batch_config = batch or BatchConfig()
+        self._cond = threading.Condition()
+        self._queue: collections.deque[_Pending[Req] | _Unit[Req]] = collections.deque()
+        self._closed = False
+        self._thread: threading.Thread | None = None
+        self._stats = EngineStats(name=name)
+        self._stats_lock = threading.Lock()
+
+    # -- to implement -------------------------------------------------------------------------
+    def validate(self, request: Req) -> None:
+        """Raise ``InvalidRequest`` for a request that can never succeed. Runs on the caller."""
+
+    def run_batch(self, requests: list[Req]) -> list[Res | BaseException]:
+        """Compute a batch in the worker thread: one result or exception per request, in order."""
+        raise NotImplementedError
+
+    def on_worker_start(self) -> None:
+        """Per-thread set-up in the worker (torch threads, ...)."""
+
+    # -- async API ----------------------------------------------------------------------------
+    async def submit(self, request: Req) -> Res:
+        """Queue one request; resolve with its result or raise its error."""
+        return (await self._enqueue([request], as_unit=False))[0]
+
+    async def submit_many(
+        self, requests: Sequence[Req], *, return_exceptions: bool = False
+    ) -> list[Res | BaseException]:
+        """Queue many requests (batched freely with others'); results in order.
+
+        Raises the first error unless ``return_exceptions`` (then errors sit in their slots).
+        """
+        futures = self._futures(requests, as_unit=False)
+        results = await asyncio.gather(*futures, return_exceptions=True)
+        if not return_exceptions:
+            for r in results:
+                if isinstance(r, BaseException):
+                    raise r
+        return list(results)
+
+    async def submit_batch(self, requests: Sequence[Req]) -> list[Res | BaseException]:
+        """Run ``requests`` as one round, exactly as given (for engine schedulers)."""
+        futures = self._futures(requests, as_unit=True)
+        return list(await asyncio.gather(*futures, return_exceptions=True))
+
+    async def _enqueue(self, requests: Sequence[Req], *, as_unit: bool) -> list[Res]:
+        return list(await asyncio.gather(*self._futures(requests, as_unit=as_unit)))
+
+    def _futures(self, requests: Sequence[Req], *, as_unit: bool) -> list[asyncio.Future]:
+        loop = asyncio.get_running_loop()
+        futures: list[asyncio.Future] = []
+        accepted: list[_Pending[Req]] = []
+        for request in requests:
+            future = loop.create_future()
+            futures.append(future)
+            try:
+                self.validate(request)
+            except EngineError as err:
+                future.set_exception(err)
+                self._count(failed=1)
+                continue
+            accepted.append(_Pending(request, future, loop))
+        if accepted:
+            self._put(accepted, as_unit)
+        return futures
+
+    def _put(self, items: list[_Pending[Req]], as_unit: bool) -> None:
+        with self._cond:
+            if self._closed:
+                raise EngineClosed(f"engine {self.name!r} is closed")
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._worker, name=f"ayo-{self.name}", daemon=True
+                )
+                self._thread.start()
+            if as_unit:
+                self._queue.append(_Unit(items))
+            else:
+                self._queue.extend(items)
+            self._stats.submitted += len(items)
+            self._cond.notify()
+
+    # -- worker -------------------------------------------------------------------------------
+    def _take(self) -> list[_Pending[Req]] | None:
+        with self._cond:
+            while not self._queue and not self._closed:
+                self._cond.wait()
+            if not self._queue:
+                return None
+            head = self._queue[0]
+            if isinstance(head, _Unit):
+                self._queue.popleft()
+                return head.items
+            taken: list[_Pending[Req]] = []
+            while (
+                self._queue
+                and not isinstance(self._queue[0], _Unit)
+                and len(taken) < self.batch_config.max_batch_items
+            ):
+                taken.append(self._queue.popleft())  # type: ignore[arg-type]
+            return taken
+
+    def _worker(self) -> None:
+        self.on_worker_start()
+        while (taken := self._take()) is not None:
+            live = [p for p in taken if not p.future.cancelled()]
+            if not live:
+                continue
+            results = self.execute([p.request for p in live])
+            for pending, result in zip(live, results):
+                try:
+                    pending.loop.call_soon_threadsafe(_deliver, pending.future, result)
+                except RuntimeError:  # the caller's loop is closed: nobody is waiting
+                    logger.debug("%s: dropped a result for a closed event loop", self.name)
+
+    def execute(self, requests: list[Req]) -> list[Res | BaseException]:
+        """Run one batch synchronously with per-request error isolation (any thread)."""
+        start = time.perf_counter()
+        results = self._compute(requests)
+        failed = sum(isinstance(r, BaseException) for r in results)
+        self._count(
+            batches=1,
+            completed=len(results) - failed,
+            failed=failed,
+            busy_s=time.perf_counter() - start,
+        )
+        return results
+
+    def _compute(self, requests: list[Req]) -> list[Res | BaseException]:
+        try:
+            results = self.run_batch(requests)
+            if len(results) != len(requests):
+                raise RuntimeError(
+                    f"{self.name}: run_batch returned {len(results)} results "
+                    f"for {len(requests)} requests"
+                )
+            return results
+        except Exception as err:
+            logger.warning("%s: batch of %d failed: %r", self.name, len(requests), err)
+            if len(requests) == 1:
+                return [err]
+            # Isolate the failing request(s): re-run each alone.
+            return [self._compute([r])[0] for r in requests]
+
+    # -- stats / lifecycle --------------------------------------------------------------------
+    def _count(self, **delta: float) -> None:
+        with self._stats_lock:
+            for key, value in delta.items():
+                setattr(self._stats, key, getattr(self._stats, key) + value)
+
+    def _count_extra(self, **delta: float) -> None:
+        with self._stats_lock:
+            for key, value in delta.items():
+                self._stats.extra[key] = self._stats.extra.get(key, 0) + value
+
+    def stats(self) -> EngineStats:
+        """A snapshot of the engine's counters."""
+        with self._stats_lock, self._cond:
+            snap = EngineStats(**{**self._stats.__dict__, "extra": dict(self._stats.extra)})
+            snap.queue_depth = sum(len(q.items) if isinstance(q, _Unit) else 1 for q in self._queue)
+        return snap
+
+    def close(self, timeout: float | None = 10.0) -> None:
+        """Stop accepting requests; finish the queued ones; join the worker."""
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+            thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout)
