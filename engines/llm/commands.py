@@ -1,0 +1,53 @@
+"""Requests from the asyncio side to the worker thread. Callbacks run on the event loop."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from .config import SamplingParams
+
+
+@dataclass
+class Command:
+    seq_id: int
+
+
+@dataclass
+class Open(Command):
+    pass
+
+
+@dataclass
+class Prefill(Command):
+    token_ids: list[int]
+    on_done: Callable[[], None] | None = None
+    on_error: Callable[[BaseException], None] | None = None
+
+
+@dataclass
+class Decode(Command):
+    params: SamplingParams
+    emit: Callable[[object], None]  # receives DecodePiece, then one DecodeEnd
+    close_on_finish: bool = False
+    submitted: float = field(default_factory=time.perf_counter)  # TTFT counts from here
+
+
+@dataclass
+class Abort(Command):
+    """The consumer of a decode stream went away: close the sequence if that decode still runs."""
+
+    emit: Callable[[object], None]
+
+
+@dataclass
+class Score(Command):
+    candidates: list[list[int]]
+    on_done: Callable[[list], None]
+    on_error: Callable[[BaseException], None]
+
+
+@dataclass
+class Close(Command):
+    on_done: Callable[[], None] | None = None

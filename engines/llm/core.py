@@ -1,0 +1,210 @@
+"""EngineCore: the synchronous engine the worker thread drives.
+
+``step()`` is schedule -> run -> postprocess. Commands from the asyncio side mutate sequences
+only here, between steps. Results leave through ``post`` (callbacks run on the event loop).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+
+import torch
+
+from .block_manager import BlockManager
+from .commands import Abort, Close, Command, Decode, Open, Prefill, Score
+from .config import EngineConfig
+from .decoding import DecodeMixin
+from .errors import (
+    ContextLengthExceeded,
+    EngineError,
+    InvalidRequest,
+    SequenceClosed,
+)
+from .outputs import EngineStats
+from .runner import ModelRunner
+from .scheduler import Scheduler, SchedulerOutput
+from .sequence import PrefillWaiter, SeqStatus, Sequence
+
+log = logging.getLogger(__name__)
+
+
+class EngineCore(DecodeMixin):
+    """Sequences, scheduler, block manager and runner; single-threaded."""
+
+    def __init__(self, runner: ModelRunner, config: EngineConfig, tokenizer, max_model_len: int):
+        mc = runner.model.config
+        num_blocks = runner.kv_caches[0][0].shape[0]
+        self.runner = runner
+        self.tokenizer = tokenizer
+        self.vocab_size = mc.vocab_size
+        self.eos_ids = frozenset(mc.eos_token_ids)
+        self.max_model_len = max_model_len
+        self.bm = BlockManager(num_blocks, config.block_size, config.enable_prefix_caching)
+        self.scheduler = Scheduler(self.bm, config.max_num_batched_tokens, config.max_num_seqs)
+        self.seqs: dict[int, Sequence] = {}
+        self.next_child_id = -1
+        self.outbox: list[tuple[Callable, tuple]] = []
+        self.counters = {"steps": 0, "computed": 0, "generated": 0, "busy_s": 0.0}
+
+    def post(self, fn: Callable | None, *args) -> None:
+        if fn is not None:
+            self.outbox.append((fn, args))
+
+    # ---- the step -------------------------------------------------------------------------
+
+    @property
+    def has_work(self) -> bool:
+        return self.scheduler.has_work
+
+    def step(self) -> None:
+        t0 = time.perf_counter()
+        out = self.scheduler.schedule()
+        for seq in out.rejected:
+            self._fail(seq, EngineError(f"sequence {seq.seq_id} does not fit the KV cache"))
+        if not out.chunks:
+            return
+        try:
+            logits = self.runner.run(out.chunks)
+        except Exception as exc:  # fail this batch's requests, keep serving
+            log.exception("model step failed for %d sequences", len(out.chunks))
+            for c in out.chunks:
+                self._fail(c.seq, exc)
+            return
+        self._postprocess(out, logits)
+        c = self.counters
+        c["steps"] += 1
+        c["computed"] += out.num_tokens
+        c["busy_s"] += time.perf_counter() - t0
+
+    def _postprocess(self, out: SchedulerOutput, logits) -> None:
+        to_sample: list[tuple[Sequence, torch.Tensor]] = []
+        for i, chunk in enumerate(out.chunks):
+            seq = chunk.seq
+            seq.num_computed_tokens = chunk.end
+            self.bm.commit(seq)
+            rows = logits.of(i)
+            if seq.score is not None:
+                self._score_rows(seq, chunk.start, chunk.end, rows)
+                continue
+            self._resolve_waiters(seq)
+            if chunk.end < seq.num_tokens:
+                continue
+            if seq.decode is not None:
+                to_sample.append((seq, rows[0]))
+            else:
+                seq.last_logits = rows[0].clone()
+                if seq.status == SeqStatus.RUNNING:
+                    self.scheduler.retire(seq)
+        if to_sample:
+            self._sample(to_sample)
+
+    def _resolve_waiters(self, seq: Sequence) -> None:
+        keep = []
+        for w in seq.prefill_waiters:
+            if w.target_len <= seq.num_computed_tokens:
+                self.post(w.on_done)
+            else:
+                keep.append(w)
+        seq.prefill_waiters = keep
+
+    # ---- commands -------------------------------------------------------------------------
+
+    def handle(self, cmd: Command) -> None:
+        try:
+            if isinstance(cmd, Open):
+                self.seqs[cmd.seq_id] = seq = Sequence(cmd.seq_id)
+                self.scheduler.add_idle(seq)
+            elif isinstance(cmd, Prefill):
+                self._prefill(self._get(cmd.seq_id), cmd)
+            elif isinstance(cmd, Decode):
+                self._start_decode(self._get(cmd.seq_id), cmd)
+            elif isinstance(cmd, Score):
+                self._start_score(self._get(cmd.seq_id), cmd)
+            elif isinstance(cmd, Abort):
+                seq = self.seqs.get(cmd.seq_id)
+                if seq is not None and seq.decode is not None and seq.decode.emit is cmd.emit:
+                    self.close(seq, reason="abort")
+            elif isinstance(cmd, Close):
+                seq = self.seqs.get(cmd.seq_id)
+                if seq is not None:
+                    self.close(seq, reason="abort")
+                self.post(cmd.on_done)
+        except InvalidRequest as exc:
+            on_error = getattr(cmd, "on_error", None)
+            if on_error is None and isinstance(cmd, Decode):
+                self.post(cmd.emit, exc)
+            else:
+                self.post(on_error, exc)
+
+    def _get(self, seq_id: int) -> Sequence:
+        seq = self.seqs.get(seq_id)
+        if seq is None:
+            raise SequenceClosed(f"sequence {seq_id} is closed; open a new one")
+        return seq
+
+    def check_tokens(self, token_ids: list[int], have: int) -> None:
+        bad = [t for t in token_ids if not 0 <= t < self.vocab_size]
+        if bad:
+            raise InvalidRequest(f"token ids out of range [0, {self.vocab_size}): {bad[:5]}")
+        if have + len(token_ids) > self.max_model_len:
+            raise ContextLengthExceeded(
+                f"{have + len(token_ids)} tokens exceed the context window of "
+                f"{self.max_model_len}; shorten the prompt"
+            )
+
+    def _prefill(self, seq: Sequence, cmd: Prefill) -> None:
+        if seq.decode is not None:
+            raise InvalidRequest(f"sequence {seq.seq_id} is decoding; prefill after it ends")
+        if not cmd.token_ids:
+            raise InvalidRequest("prefill needs at least one token")
+        self.check_tokens(cmd.token_ids, seq.num_tokens)
+        seq.append(cmd.token_ids)
+        seq.prefill_waiters.append(PrefillWaiter(seq.num_tokens, cmd.on_done, cmd.on_error))
+        self.scheduler.submit(seq)
+
+    def close(self, seq: Sequence, reason: str, error: BaseException | None = None) -> None:
+        """Drop the sequence: end its decode, fail its waiters, free its blocks."""
+        self.seqs.pop(seq.seq_id, None)
+        if seq.decode is not None:
+            self._end_decode(seq, reason, error)
+        exc = error or SequenceClosed(f"sequence {seq.seq_id} was closed")
+        for w in seq.prefill_waiters:
+            self.post(w.on_error, exc)
+        seq.prefill_waiters = []
+        if seq.score is not None:
+            self.post(seq.score.on_error, exc)
+            seq.score = None
+        self.scheduler.remove(seq)
+        self.bm.free(seq)
+        seq.status = SeqStatus.CLOSED
+
+    def _fail(self, seq: Sequence, exc: BaseException) -> None:
+        self.close(seq, reason="error", error=exc)
+
+    def fail_all(self, exc: BaseException) -> None:
+        for seq in [*self.seqs.values(), *self.scheduler.running, *self.scheduler.waiting]:
+            if seq.status != SeqStatus.CLOSED:
+                self.close(seq, reason="abort", error=exc)
+
+    def stats(self) -> EngineStats:
+        bs = self.bm.stats()
+        c = self.counters
+        busy = c["busy_s"] or float("inf")
+        return EngineStats(
+            running=len(self.scheduler.running),
+            waiting=len(self.scheduler.waiting),
+            idle=len(self.scheduler.idle),
+            free_blocks=bs.free,
+            cached_blocks=bs.cached,
+            used_blocks=bs.used,
+            num_blocks=bs.num_blocks,
+            prefix_cache_hit_rate=bs.hit_rate,
+            preemptions=self.scheduler.num_preemptions,
+            steps=c["steps"],
+            tokens_computed=c["computed"],
+            generated_tokens=c["generated"],
+            tokens_per_s=c["computed"] / busy,
+            generated_tokens_per_s=c["generated"] / busy,
+        )

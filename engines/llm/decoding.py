@@ -1,0 +1,155 @@
+"""The decode and score halves of :class:`EngineCore`: sampling, stop rules, streaming, scoring."""
+
+from __future__ import annotations
+
+import time
+
+import torch
+
+from .commands import Decode, Score
+from .detokenizer import IncrementalDetokenizer
+from .errors import InvalidRequest
+from .outputs import CandidateScore, DecodeEnd, DecodePiece
+from .runner import sample_tokens
+from .sequence import DecodeState, ScoreState, SeqStatus, Sequence
+from .stop import find_stop, held_back
+
+
+class DecodeMixin:
+    """Mixed into EngineCore; uses its ``post``, ``scheduler``, ``bm``, ``close`` and counters."""
+
+    def _start_decode(self, seq: Sequence, cmd: Decode) -> None:
+        if seq.decode is not None:
+            raise InvalidRequest(f"sequence {seq.seq_id} is already decoding")
+        if seq.num_tokens == 0:
+            raise InvalidRequest("prefill the sequence before decoding (it has no tokens)")
+        if seq.num_tokens >= self.max_model_len:
+            raise InvalidRequest(f"sequence {seq.seq_id} already fills the context window")
+        generator = None
+        if cmd.params.temperature > 0:
+            generator = torch.Generator()
+            if cmd.params.seed is None:
+                generator.seed()
+            else:
+                generator.manual_seed(cmd.params.seed)
+        seq.decode = DecodeState(
+            params=cmd.params,
+            emit=cmd.emit,
+            detok=IncrementalDetokenizer(self.tokenizer, seq.token_ids),
+            generator=generator,
+            close_on_finish=cmd.close_on_finish,
+            start_len=seq.num_tokens,
+            started=cmd.submitted,
+        )
+        if seq.num_uncomputed == 0 and seq.last_logits is not None:
+            self._sample([(seq, seq.last_logits)])  # the prefill already gave the next logits
+        else:
+            if seq.num_uncomputed == 0:  # KV kept but logits not: recompute from the cache
+                self.bm.free(seq)
+            self.scheduler.submit(seq)
+
+    def _sample(self, rows: list[tuple[Sequence, torch.Tensor]]) -> None:
+        logits = torch.stack([r for _, r in rows])
+        tokens = sample_tokens(logits, [seq.decode for seq, _ in rows])
+        now = time.perf_counter()
+        self.counters["generated"] += len(tokens)
+        for (seq, _), tok in zip(rows, tokens):
+            self._accept(seq, tok, now)
+
+    def _accept(self, seq: Sequence, tok: int, now: float) -> None:
+        st = seq.decode
+        params = st.params
+        seq.append([tok])
+        st.output_ids.append(tok)
+        st.token_times.append(now - st.started)
+        emitted = len(st.text) - held_back(st.text, params.stop) if params.stop else len(st.text)
+        reason = None
+        if tok in self.eos_ids and not params.ignore_eos:
+            reason = "stop"
+        else:
+            st.text += st.detok.add(tok)
+        stop_hit = False
+        if params.stop:
+            cut = find_stop(st.text, params.stop, emitted)
+            if cut != -1:
+                st.text, reason, stop_hit = st.text[:cut], "stop", True
+        if reason is None and (
+            len(st.output_ids) >= params.max_tokens or seq.num_tokens >= self.max_model_len
+        ):
+            reason = "length"
+        if reason is not None and not stop_hit:
+            st.text += st.detok.flush()
+        end = len(st.text)
+        if reason is None and params.stop:
+            end -= held_back(st.text, params.stop)
+        piece = DecodePiece(tok, st.text[emitted:end], len(st.output_ids) - 1)
+        self.post(st.emit, piece)
+        if reason is not None:
+            self._end_decode(seq, reason)
+        elif seq.status == SeqStatus.IDLE:
+            self.scheduler.submit(seq)
+
+    def _end_decode(self, seq: Sequence, reason: str, error: BaseException | None = None) -> None:
+        st, seq.decode = seq.decode, None
+        first = st.token_times[0] if st.token_times else 0.0
+        end = DecodeEnd(
+            finish_reason=reason,
+            token_ids=tuple(st.output_ids),
+            text=st.text,
+            time_to_first_token_s=first,
+            token_times_s=tuple(st.token_times),
+            num_prompt_tokens=st.start_len,
+            num_cached_tokens=seq.num_cached_tokens,
+            error=error,
+        )
+        self.post(st.emit, end)
+        if error is not None or seq.status == SeqStatus.CLOSED:
+            return
+        if st.close_on_finish:
+            self.close(seq, reason=reason)
+        elif seq.status == SeqStatus.RUNNING and not seq.has_work:
+            self.scheduler.retire(seq)
+
+    # ---- score ----------------------------------------------------------------------------
+
+    def _start_score(self, parent: Sequence, cmd: Score) -> None:
+        if parent.num_tokens == 0:
+            raise InvalidRequest("score needs a prefilled context (the sequence has no tokens)")
+        if not cmd.candidates or any(not c for c in cmd.candidates):
+            raise InvalidRequest("score needs one or more non-empty candidates")
+        for cand in cmd.candidates:
+            self.check_tokens(cand, parent.num_tokens)
+        results: list[CandidateScore | None] = [None] * len(cmd.candidates)
+        failed = []
+
+        def done(i: int, cand: list[int], logprobs: list[float]) -> None:
+            results[i] = CandidateScore(cand, logprobs)
+            if all(r is not None for r in results):
+                self.post(cmd.on_done, results)
+
+        def error(exc: BaseException) -> None:
+            if not failed:
+                failed.append(exc)
+                self.post(cmd.on_error, exc)
+
+        ctx = parent.num_tokens
+        for i, cand in enumerate(cmd.candidates):
+            child = Sequence(self.next_child_id, parent.token_ids + cand)
+            self.next_child_id -= 1
+            child.score = ScoreState(ctx, lambda lp, i=i, cand=cand: done(i, cand, lp), error)
+            self.bm.fork(parent, child, ctx - 1)
+            self.scheduler.submit(child)
+
+    def _score_rows(self, seq: Sequence, start: int, end: int, rows: torch.Tensor) -> None:
+        positions = seq.logit_positions(start, end)
+        if len(rows):
+            logp = torch.log_softmax(rows, dim=-1)
+            targets = torch.tensor([seq.token_ids[p + 1] for p in positions])
+            values = logp.gather(1, targets[:, None])[:, 0].tolist()
+            seq.score.logprobs.update(zip(positions, values))
+        if seq.num_computed_tokens == seq.num_tokens:
+            st, seq.score = seq.score, None
+            st.on_done([st.logprobs[p] for p in range(st.context_len - 1, seq.num_tokens - 1)])
+            self.scheduler.remove(seq)
+            self.bm.free(seq)
+            seq.status = SeqStatus.CLOSED

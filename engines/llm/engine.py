@@ -1,0 +1,307 @@
+"""LLMEngine: the asyncio face of the engine; a worker thread runs the step loop.
+
+The event loop never blocks on the model: requests become commands in a queue guarded by a
+``threading.Condition`` (the worker sleeps on it when idle), and results come back through
+``loop.call_soon_threadsafe``. Torch releases the GIL inside its kernels, so the loop stays live.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import os
+import threading
+from collections import deque
+from collections.abc import Sequence as Seq
+
+from .commands import Abort, Close, Command, Decode, Open, Prefill, Score
+from .config import EngineConfig, SamplingParams
+from .core import EngineCore
+from .errors import (
+    ContextLengthExceeded,
+    EngineClosed,
+    EngineError,
+    InvalidRequest,
+    UnknownSequence,
+)
+from .loader import load_model, load_tokenizer, resolve_model_path
+from .model import LlamaModel
+from .outputs import CandidateScore, EngineStats, GenerationResult, SequenceHandle
+from .runner import ModelRunner, kv_block_bytes
+from .stream import DecodeStream
+
+log = logging.getLogger(__name__)
+Prompt = str | Seq[int]
+
+
+class LLMEngine:
+    """A paged-KV LLM engine with prefill / decode / score primitives on live sequences."""
+
+    def __init__(self, model: LlamaModel, tokenizer, config: EngineConfig | None = None):
+        config = config or EngineConfig()
+        mc = model.config
+        if model.dtype != config.torch_dtype:
+            raise InvalidRequest(f"model is {model.dtype}, config asks for {config.dtype}")
+        num_blocks = config.num_blocks or max(
+            1, int(config.kv_cache_gib * 2**30) // kv_block_bytes(mc, config)
+        )
+        if config.max_model_len is not None and config.max_model_len > mc.max_position_embeddings:
+            raise InvalidRequest(
+                f"max_model_len {config.max_model_len} exceeds the model's "
+                f"{mc.max_position_embeddings} positions"
+            )
+        self.config = config
+        self.model = model
+        self.tokenizer = tokenizer
+        self.max_model_len = min(
+            config.max_model_len or mc.max_position_embeddings, num_blocks * config.block_size
+        )
+        self._core = EngineCore(
+            ModelRunner(model, config, num_blocks), config, tokenizer, self.max_model_len
+        )
+        self._commands: deque[Command] = deque()
+        self._cond = threading.Condition()
+        self._ids = itertools.count()
+        self._opened: set[int] = set()
+        self._thread: threading.Thread | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stopping = False
+
+    @classmethod
+    def from_model(
+        cls, model: str | os.PathLike = "smollm2-135m-instruct", *, tokenizer=None, **config
+    ) -> LLMEngine:
+        """Load ``model`` (an embedded name, a Hugging Face folder or a .gguf file) and build an
+        engine; keyword arguments are :class:`EngineConfig` fields (or ``config=``). Blocks for
+        the load (seconds); nothing is fetched from a hub."""
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        cfg = config.pop("config", None)
+        if cfg is None:
+            unknown = set(config) - set(EngineConfig.__dataclass_fields__)
+            if unknown:
+                raise InvalidRequest(
+                    f"unknown engine options {sorted(unknown)}; EngineConfig has "
+                    f"{sorted(EngineConfig.__dataclass_fields__)}"
+                )
+            cfg = EngineConfig(**config)
+        loaded = load_model(resolve_model_path(model))
+        tok = tokenizer if tokenizer is not None else load_tokenizer(loaded)
+        model_ = LlamaModel(loaded.config, loaded.weights, cfg.torch_dtype, cfg.attention)
+        return cls(model_, tok, cfg)
+
+    @classmethod
+    async def load(cls, model: str | os.PathLike = "smollm2-135m-instruct", **kwargs) -> LLMEngine:
+        """``from_model`` in a thread, so the event loop keeps running during the load."""
+        return await asyncio.to_thread(lambda: cls.from_model(model, **kwargs))
+
+    # ---- lifecycle ------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Start the worker thread (idempotent)."""
+        if self._stopping:
+            raise EngineClosed("the engine was stopped; build a new one")
+        if self._thread is None:
+            self._loop = asyncio.get_running_loop()
+            self._thread = threading.Thread(target=self._work, name="ayo-llm-engine", daemon=True)
+            self._thread.start()
+
+    async def stop(self) -> None:
+        """Stop the worker; every pending request fails with ``EngineClosed``."""
+        with self._cond:
+            self._stopping = True
+            self._cond.notify()
+        if self._thread is not None:
+            await asyncio.to_thread(self._thread.join)
+
+    async def __aenter__(self) -> LLMEngine:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        await self.stop()
+
+    def _send(self, *cmds: Command) -> None:
+        if self._stopping:
+            raise EngineClosed("the engine is stopped")
+        if self._thread is None:
+            raise EngineError("the engine is not started: await engine.start() or use async with")
+        with self._cond:
+            self._commands.extend(cmds)
+            self._cond.notify()
+
+    def _work(self) -> None:
+        if self.config.num_threads:
+            import torch
+
+            torch.set_num_threads(self.config.num_threads)
+        core = self._core
+        try:
+            while True:
+                with self._cond:
+                    while not self._commands and not core.has_work and not self._stopping:
+                        self._cond.wait()
+                    if self._stopping:
+                        break
+                    cmds = list(self._commands)
+                    self._commands.clear()
+                try:
+                    for cmd in cmds:
+                        core.handle(cmd)
+                    if core.has_work:
+                        core.step()
+                except Exception as exc:  # an engine bug: fail what is in flight, keep serving
+                    log.exception("engine step failed; failing all in-flight sequences")
+                    core.fail_all(exc)
+                self._flush()
+        except BaseException:
+            log.exception("the engine's worker died")
+        finally:
+            self._stopping = True
+            with self._cond:
+                cmds = list(self._commands)
+                self._commands.clear()
+            closed = EngineClosed("the engine stopped")
+            for cmd in cmds:
+                for name in ("on_error", "emit"):
+                    core.post(getattr(cmd, name, None), closed)
+            core.fail_all(closed)
+            self._flush()
+
+    def _flush(self) -> None:
+        items, self._core.outbox = self._core.outbox, []
+        if items and self._loop is not None and not self._loop.is_closed():
+            self._loop.call_soon_threadsafe(_run_callbacks, items)
+
+    # ---- tokens ---------------------------------------------------------------------------
+
+    def encode(self, prompt: Prompt, *, add_special_tokens: bool = False) -> list[int]:
+        """Text -> token ids (a token-id list passes through, checked)."""
+        if isinstance(prompt, str):
+            if self.tokenizer is None:
+                raise InvalidRequest("this model has no tokenizer: pass token ids")
+            ids = self.tokenizer(prompt, add_special_tokens=add_special_tokens)["input_ids"]
+        else:
+            ids = [int(t) for t in prompt]
+        if not ids:
+            raise InvalidRequest("the prompt is empty")
+        self._core.check_tokens(ids, 0)
+        return ids
+
+    def apply_chat_template(
+        self, messages: list[dict], add_generation_prompt: bool = True
+    ) -> list[int]:
+        """Render chat ``messages`` with the model's template and tokenize once."""
+        if self.tokenizer is None:
+            raise InvalidRequest("this model has no tokenizer (and so no chat template)")
+        text = self.tokenizer.apply_chat_template(
+            messages, tokenize=False, add_generation_prompt=add_generation_prompt
+        )
+        return self.tokenizer(text, add_special_tokens=False)["input_ids"]
+
+    # ---- primitives -----------------------------------------------------------------------
+
+    async def open(self, prompt: Prompt | None = None) -> SequenceHandle:
+        """Open an empty sequence (prefilled with ``prompt`` first, if given)."""
+        seq = SequenceHandle(next(self._ids))
+        self._send(Open(seq.seq_id))
+        self._opened.add(seq.seq_id)
+        if prompt is not None:
+            await self.prefill(seq, prompt)
+        return seq
+
+    def _check(self, seq: SequenceHandle) -> int:
+        if not isinstance(seq, SequenceHandle) or seq.seq_id not in self._opened:
+            raise UnknownSequence(f"{seq!r} was not opened by this engine")
+        return seq.seq_id
+
+    async def prefill(self, seq: SequenceHandle, tokens_or_text: Prompt) -> None:
+        """Append tokens (text is tokenized without special tokens) and return once their KV is
+        computed. Call it several times to prefill a prompt in parts."""
+        sid = self._check(seq)
+        ids = self.encode(tokens_or_text)
+        fut = asyncio.get_running_loop().create_future()
+        self._send(Prefill(sid, ids, *_resolvers(fut)))
+        await fut
+
+    def decode(
+        self, seq: SequenceHandle, params: SamplingParams | None = None, **kw
+    ) -> DecodeStream:
+        """Start generating on ``seq``; returns an async iterator of pieces. ``kw`` builds the
+        :class:`SamplingParams` when ``params`` is not given."""
+        sid = self._check(seq)
+        params = params or SamplingParams(**kw)
+        stream = DecodeStream(sid, self._abort)
+        self._send(Decode(sid, params, stream.emit))
+        return stream
+
+    def _abort(self, seq_id: int, emit) -> None:
+        if not self._stopping and self._thread is not None:
+            self._send(Abort(seq_id, emit))
+
+    async def score(self, seq: SequenceHandle, candidates: Seq[Prompt]) -> list[CandidateScore]:
+        """Log-probabilities of each candidate continuation after the sequence's tokens."""
+        sid = self._check(seq)
+        cands = [self.encode(c) for c in candidates]
+        fut = asyncio.get_running_loop().create_future()
+        self._send(Score(sid, cands, *_resolvers(fut)))
+        return await fut
+
+    async def close(self, seq: SequenceHandle) -> None:
+        """Release the sequence's blocks (full ones stay in the prefix cache). Idempotent."""
+        sid = self._check(seq)
+        fut = asyncio.get_running_loop().create_future()
+        self._send(Close(sid, _resolvers(fut)[0]))
+        await fut
+
+    async def generate(
+        self, prompts: Prompt | Seq[Prompt], params: SamplingParams | None = None
+    ) -> list[GenerationResult]:
+        """Generate for each prompt (a string, tokenized with the tokenizer's special tokens,
+        or token ids); all prompts run batched. Returns one result per prompt."""
+        params = params or SamplingParams()
+        if isinstance(prompts, str) or (prompts and isinstance(prompts[0], int)):
+            prompts = [prompts]
+        encoded = [self.encode(p, add_special_tokens=True) for p in prompts]
+        for ids in encoded:
+            if len(ids) >= self.max_model_len:
+                raise ContextLengthExceeded(
+                    f"a prompt of {len(ids)} tokens leaves no room in the context window of "
+                    f"{self.max_model_len}; shorten it"
+                )
+        streams = []
+        for ids in encoded:
+            sid = next(self._ids)
+            stream = DecodeStream(sid, self._abort)
+            self._send(
+                Open(sid),
+                Prefill(sid, ids, None, stream.emit),
+                Decode(sid, params, stream.emit, close_on_finish=True),
+            )
+            streams.append(stream)
+        ends = await asyncio.gather(*(s.collect() for s in streams))
+        return [GenerationResult.from_end(end) for end in ends]
+
+    def stats(self) -> EngineStats:
+        """Counts of sequences and blocks, prefix-cache hit rate, throughput (thread-safe)."""
+        return self._core.stats()
+
+
+def _resolvers(fut: asyncio.Future):
+    def done(value=None) -> None:
+        if not fut.done():
+            fut.set_result(value)
+
+    def error(exc: BaseException) -> None:
+        if not fut.done():
+            fut.set_exception(exc)
+
+    return done, error
+
+
+def _run_callbacks(items) -> None:
+    for fn, args in items:
+        try:
+            fn(*args)
+        except Exception:
+            log.exception("engine callback failed")

@@ -1,0 +1,171 @@
+"""The Llama-family decoder (Llama, Mistral, Qwen2, SmolLM2) written on ``ayo.kernels``.
+
+Weights are plain tensors; q/k/v and gate/up are fused into one matmul each. The forward pass
+takes a packed batch (decode tokens first, then prefill chunks) and the paged KV caches.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from ayo import kernels
+
+from .attention import select
+from .config import ModelConfig
+
+
+@dataclass
+class AttentionMetadata:
+    """Where the packed tokens of one step go in the paged cache and what they attend to.
+
+    The first ``num_decode`` tokens are single-token steps of ``num_decode`` sequences; the rest
+    are prefill chunks of the remaining sequences.
+    """
+
+    slot_mapping: torch.Tensor  # [T] int64: block * block_size + offset of each token
+    num_decode: int
+    decode_block_tables: torch.Tensor  # [num_decode, max_blocks] int32
+    decode_seq_lens: torch.Tensor  # [num_decode] int32, context length including the new token
+    prefill_block_tables: torch.Tensor  # [P, max_blocks] int32
+    prefill_cu_q_lens: torch.Tensor  # [P + 1] int32 offsets into the prefill tokens
+    prefill_seq_lens: torch.Tensor  # [P] int32 total lengths including the chunk
+
+
+@dataclass
+class LayerWeights:
+    input_norm: torch.Tensor
+    qkv: torch.Tensor
+    qkv_bias: torch.Tensor | None
+    o_proj: torch.Tensor
+    post_norm: torch.Tensor
+    gate_up: torch.Tensor
+    down: torch.Tensor
+
+
+class LlamaModel:
+    """Inference-only decoder. ``forward`` returns float32 logits of the requested rows."""
+
+    def __init__(
+        self,
+        config: ModelConfig,
+        weights: dict[str, torch.Tensor],
+        dtype: torch.dtype,
+        attention: str = "auto",
+    ):
+        self.config = config
+        self.dtype = dtype
+
+        def w(name: str) -> torch.Tensor:
+            if name not in weights:
+                raise KeyError(f"checkpoint lacks {name}")
+            return weights[name].to(dtype).contiguous()
+
+        self.embed = w("model.embed_tokens.weight")
+        self.layers: list[LayerWeights] = []
+        for i in range(config.num_layers):
+            p = f"model.layers.{i}."
+            a = p + "self_attn."
+            bias = None
+            if config.attention_bias:
+                bias = torch.cat([w(a + f"{n}_proj.bias") for n in "qkv"]).contiguous()
+            self.layers.append(
+                LayerWeights(
+                    input_norm=w(p + "input_layernorm.weight"),
+                    qkv=torch.cat([w(a + f"{n}_proj.weight") for n in "qkv"]).contiguous(),
+                    qkv_bias=bias,
+                    o_proj=w(a + "o_proj.weight"),
+                    post_norm=w(p + "post_attention_layernorm.weight"),
+                    gate_up=torch.cat(
+                        [w(p + "mlp.gate_proj.weight"), w(p + "mlp.up_proj.weight")]
+                    ).contiguous(),
+                    down=w(p + "mlp.down_proj.weight"),
+                )
+            )
+        self.norm = w("model.norm.weight")
+        tied = config.tie_word_embeddings or "lm_head.weight" not in weights
+        self.lm_head = self.embed if tied else w("lm_head.weight")
+        self.cos_sin = kernels.rotary_cos_sin_cache(
+            config.head_dim,
+            config.max_position_embeddings,
+            config.rope_theta,
+            scaling_factor=config.rope_scaling_factor,
+        )
+        self.scale = config.head_dim**-0.5
+        self.decode_attention, self.prefill_attention = select(attention, self.embed.device)
+
+    @property
+    def weight_bytes(self) -> int:
+        """Bytes read per decode step: every weight once (the tied embedding counted once)."""
+        tensors = [self.norm, self.lm_head]
+        for lw in self.layers:
+            tensors += [lw.input_norm, lw.qkv, lw.o_proj, lw.post_norm, lw.gate_up, lw.down]
+        return sum(t.numel() * t.element_size() for t in tensors)
+
+    @torch.inference_mode()
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        positions: torch.Tensor,
+        meta: AttentionMetadata,
+        kv_caches: list[tuple[torch.Tensor, torch.Tensor]],
+        logit_rows: torch.Tensor,
+    ) -> torch.Tensor:
+        """``input_ids, positions [T]`` -> float32 logits ``[len(logit_rows), vocab]``."""
+        cfg = self.config
+        h = F.embedding(input_ids, self.embed)
+        residual: torch.Tensor | None = None
+        for lw, (k_cache, v_cache) in zip(self.layers, kv_caches):
+            if residual is None:
+                residual = h
+                h = kernels.rms_norm(h, lw.input_norm, cfg.rms_norm_eps)
+            else:
+                h, residual = kernels.rms_norm(h, lw.input_norm, cfg.rms_norm_eps, residual)
+            h = self._attention(h, lw, positions, meta, k_cache, v_cache)
+            h, residual = kernels.rms_norm(h, lw.post_norm, cfg.rms_norm_eps, residual)
+            h = F.linear(kernels.silu_and_mul(F.linear(h, lw.gate_up)), lw.down)
+        h, residual = h[logit_rows], residual[logit_rows]
+        h, _ = kernels.rms_norm(h, self.norm, cfg.rms_norm_eps, residual)
+        return F.linear(h, self.lm_head).float()
+
+    def _attention(
+        self,
+        h: torch.Tensor,
+        lw: LayerWeights,
+        positions: torch.Tensor,
+        meta: AttentionMetadata,
+        k_cache: torch.Tensor,
+        v_cache: torch.Tensor,
+    ) -> torch.Tensor:
+        cfg = self.config
+        n = h.shape[0]
+        qkv = F.linear(h, lw.qkv, lw.qkv_bias)
+        q = qkv[:, : cfg.q_size].reshape(n, cfg.num_heads, cfg.head_dim)
+        k = qkv[:, cfg.q_size : cfg.q_size + cfg.kv_size].reshape(n, cfg.num_kv_heads, cfg.head_dim)
+        v = qkv[:, cfg.q_size + cfg.kv_size :].reshape(n, cfg.num_kv_heads, cfg.head_dim)
+        kernels.apply_rotary(q, k, positions, self.cos_sin)
+        kernels.write_kv_cache(k, v, k_cache, v_cache, meta.slot_mapping)
+        nd = meta.num_decode
+        if nd == n:
+            out = self.decode_attention(
+                q, k_cache, v_cache, meta.decode_block_tables, meta.decode_seq_lens, self.scale
+            )
+        else:
+            out = torch.empty_like(q)
+            if nd:
+                out[:nd] = self.decode_attention(
+                    q[:nd], k_cache, v_cache, meta.decode_block_tables, meta.decode_seq_lens,
+                    self.scale,
+                )  # fmt: skip
+            out[nd:] = self.prefill_attention(
+                q[nd:],
+                k_cache,
+                v_cache,
+                meta.prefill_block_tables,
+                meta.prefill_cu_q_lens,
+                meta.prefill_seq_lens,
+                self.scale,
+            )
+        return F.linear(out.reshape(n, cfg.q_size), lw.o_proj)

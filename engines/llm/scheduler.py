@@ -1,0 +1,158 @@
+"""The batch scheduler: decodes and chunked prefills under one token budget per step.
+
+Running sequences go first (in arrival order), then waiting ones are admitted while the budget,
+the sequence cap and the free blocks allow. When blocks run out, an idle sequence (one holding KV
+nobody is computing on, least recently used first) or else the newest running one is preempted:
+its blocks are dropped and it is recomputed later (its full blocks usually come straight back
+from the prefix cache).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import OrderedDict, deque
+from dataclasses import dataclass, field
+
+from .block_manager import BlockManager
+from .sequence import SeqStatus, Sequence
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class ScheduledChunk:
+    """Compute tokens ``[start, start + num_tokens)`` of ``seq`` this step."""
+
+    seq: Sequence
+    start: int
+    num_tokens: int
+
+    @property
+    def end(self) -> int:
+        return self.start + self.num_tokens
+
+
+@dataclass
+class SchedulerOutput:
+    chunks: list[ScheduledChunk] = field(default_factory=list)  # single-token chunks first
+    preempted: list[Sequence] = field(default_factory=list)  # lost their KV this step
+    rejected: list[Sequence] = field(default_factory=list)  # can never fit the cache
+
+    @property
+    def num_tokens(self) -> int:
+        return sum(c.num_tokens for c in self.chunks)
+
+
+class Scheduler:
+    """Owns the waiting queue, the running list and the idle set. Worker thread only."""
+
+    def __init__(self, block_manager: BlockManager, max_num_batched_tokens: int, max_num_seqs: int):
+        self.bm = block_manager
+        self.max_num_batched_tokens = max_num_batched_tokens
+        self.max_num_seqs = max_num_seqs
+        self.waiting: deque[Sequence] = deque()
+        self.running: list[Sequence] = []
+        self.idle: OrderedDict[int, Sequence] = OrderedDict()  # LRU order
+        self.num_preemptions = 0
+
+    @property
+    def has_work(self) -> bool:
+        return bool(self.waiting or self.running)
+
+    def add_idle(self, seq: Sequence) -> None:
+        seq.status = SeqStatus.IDLE
+        self.idle[seq.seq_id] = seq
+        self.idle.move_to_end(seq.seq_id)
+
+    def submit(self, seq: Sequence) -> None:
+        """``seq`` has work: queue it (no-op if already queued or running)."""
+        if seq.status in (SeqStatus.WAITING, SeqStatus.RUNNING):
+            return
+        self.idle.pop(seq.seq_id, None)
+        seq.status = SeqStatus.WAITING
+        self.waiting.append(seq)
+
+    def remove(self, seq: Sequence) -> None:
+        """Forget the sequence wherever it is (its blocks are the caller's to free)."""
+        if seq.status == SeqStatus.RUNNING:
+            self.running.remove(seq)
+        elif seq.status == SeqStatus.WAITING:
+            self.waiting.remove(seq)
+        else:
+            self.idle.pop(seq.seq_id, None)
+
+    def retire(self, seq: Sequence) -> None:
+        """A running sequence whose work is done becomes idle, keeping its KV."""
+        self.running.remove(seq)
+        self.add_idle(seq)
+
+    def schedule(self) -> SchedulerOutput:
+        out = SchedulerOutput()
+        budget = self.max_num_batched_tokens
+        scheduled: set[int] = set()
+        for seq in list(self.running):
+            if budget == 0 or len(out.chunks) >= self.max_num_seqs:
+                break
+            if seq.status != SeqStatus.RUNNING or seq.num_uncomputed == 0:
+                continue  # preempted earlier in this loop, or waiting for a sample
+            n = min(seq.num_uncomputed, budget)
+            while not self.bm.allocate(seq, seq.num_computed_tokens + n):
+                victim = self._victim(exclude=scheduled)
+                if victim is None or victim is seq:
+                    self._preempt(seq, out)
+                    break
+                self._preempt(victim, out)
+            if seq.status != SeqStatus.RUNNING:
+                continue
+            out.chunks.append(ScheduledChunk(seq, seq.num_computed_tokens, n))
+            scheduled.add(seq.seq_id)
+            budget -= n
+        while self.waiting and budget > 0 and len(out.chunks) < self.max_num_seqs:
+            seq = self.waiting[0]
+            if not seq.block_table:
+                self.bm.match_prefix(seq)
+            n = min(seq.num_uncomputed, budget)
+            while not self.bm.allocate(seq, seq.num_computed_tokens + n):
+                victim = self._idle_victim()
+                if victim is None:
+                    break
+                self._preempt(victim, out)
+            else:
+                self.waiting.popleft()
+                seq.status = SeqStatus.RUNNING
+                self.running.append(seq)
+                out.chunks.append(ScheduledChunk(seq, seq.num_computed_tokens, n))
+                budget -= n
+                continue
+            if not self.running and not out.chunks:  # nothing will ever free a block for it
+                self.waiting.popleft()
+                self.bm.free(seq)
+                out.rejected.append(seq)
+                continue
+            break
+        out.chunks.sort(key=lambda c: c.num_tokens != 1)
+        return out
+
+    def _idle_victim(self) -> Sequence | None:
+        return next((s for s in self.idle.values() if s.block_table), None)
+
+    def _victim(self, exclude: set[int]) -> Sequence | None:
+        victim = self._idle_victim()
+        if victim is not None:
+            return victim
+        for seq in reversed(self.running):
+            if seq.seq_id not in exclude:
+                return seq
+        return None
+
+    def _preempt(self, seq: Sequence, out: SchedulerOutput) -> None:
+        log.debug("preempting sequence %d (%d tokens)", seq.seq_id, seq.num_tokens)
+        self.num_preemptions += 1
+        self.bm.free(seq)
+        seq.last_logits = None
+        out.preempted.append(seq)
+        if seq.status == SeqStatus.IDLE:
+            return  # stays idle without KV; recomputed when next asked
+        self.running.remove(seq)
+        seq.status = SeqStatus.WAITING
+        self.waiting.appendleft(seq)
