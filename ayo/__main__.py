@@ -1,4 +1,8 @@
-"""Command line: ``python -m ayo plan APP [--no-optimize] [--format json|dot|svg|png] [--output FILE]``."""
+"""Command line.
+
+- ``python -m ayo plan APP [--no-optimize] [--format json|dot|svg|png] [--output FILE]``
+- ``python -m ayo run APP --input key=value ... [--no-optimize] [--trace FILE] [--json]``
+"""
 
 from __future__ import annotations
 
@@ -8,8 +12,9 @@ import sys
 from collections.abc import Sequence
 
 from ayo.apps import APPS, get_app
+from ayo.cli_run import add_run_parser
 from ayo.plan_cache import PlanCache
-from ayo.scheduler import PlanError
+from ayo.scheduler import ExecutionError, PlanError
 from ayo.scheduler.render import render_with_dot
 from ayo.workflow import InputShape
 
@@ -69,6 +74,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="documents in the example query (default 16 for apps that take them; 0 omits an optional input)",
     )
     plan.set_defaults(func=cmd_plan)
+    add_run_parser(sub)
     return parser
 
 
@@ -76,7 +82,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
-    except (PlanError, RuntimeError, KeyError, OSError) as exc:
+    except (PlanError, ExecutionError, RuntimeError, KeyError, ValueError, OSError) as exc:
         print(f"ayo {args.command}: error: {exc}", file=sys.stderr)
         return 2
 

@@ -23,6 +23,7 @@ from .ops import Op, OpInfo
 from .ports import Port, PortType
 from .profile import DEFAULT_PROFILES, EngineProfile, LatencyModel
 from .prompt import Prompt, RegexTokenizer, Tokenizer
+from .runtime import DeadlineExceeded, GraphRun, PlanCosts
 from .validate import validate
 from .values import SKIPPED, Chunk, Doc, EndOfStream, SeqHandle
 
@@ -34,6 +35,7 @@ __all__ = [
     "SKIPPED",
     "Chunk",
     "CycleError",
+    "DeadlineExceeded",
     "DecodeParams",
     "Doc",
     "Edge",
@@ -42,6 +44,7 @@ __all__ = [
     "EngineProfile",
     "ExecutionError",
     "FrozenConfig",
+    "GraphRun",
     "LatencyModel",
     "MapFn",
     "Node",
@@ -49,6 +52,7 @@ __all__ = [
     "OpInfo",
     "PassError",
     "Plan",
+    "PlanCosts",
     "PlanError",
     "Port",
     "PortType",

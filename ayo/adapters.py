@@ -1,0 +1,199 @@
+"""Adapters from Ayo's embedded engines (``ayo.engines``) to the interfaces plans call
+(``ayo.scheduler.engine_api``).
+
+- :class:`LLMAdapter`: ``LLMEngine`` (token ids in, pieces out; ``kv_usage`` for balancing).
+- :class:`EmbedderAdapter`: ``Embedder`` (numpy rows out).
+- :class:`StoreIndex`: dense search over a ``RetrievalStore``'s collections (chunks as docs);
+  per-query collections (``Ingest`` of a query's own documents) live in memory, exact inner
+  product, and are dropped with the query.
+- :class:`StoreKeywordIndex`: BM25 over one of the store's collections.
+- :class:`RerankerAdapter`: ``Reranker`` over ``Doc`` passages.
+
+Heavy modules (torch, transformers, faiss) load only when an adapter is built.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ayo.scheduler import DecodeParams, Doc
+
+
+class _EngineTokenizer:
+    """``encode`` without special tokens (plans render whole prompts), ``decode`` back."""
+
+    def __init__(self, engine: Any) -> None:
+        self._engine = engine
+
+    def encode(self, text: str) -> list[int]:
+        return self._engine.encode(text) if text else []
+
+    def decode(self, ids: list[int]) -> str:
+        return self._engine.tokenizer.decode(ids)
+
+
+class LLMAdapter:
+    """An ``LLMEngine`` as the plans' ``LLM``; ``start``/``stop`` run its worker thread."""
+
+    def __init__(self, engine: Any) -> None:
+        self.engine = engine
+        self.tokenizer = _EngineTokenizer(engine)
+
+    async def start(self) -> None:
+        await self.engine.start()
+
+    async def stop(self) -> None:
+        await self.engine.stop()
+
+    def kv_usage(self) -> float:
+        stats = self.engine.stats()
+        return stats.used_blocks / max(1, stats.num_blocks)
+
+    async def open(self) -> Any:
+        return await self.engine.open()
+
+    async def prefill(self, seq: Any, tokens: list[int]) -> None:
+        await self.engine.prefill(seq, list(tokens))
+
+    async def decode(self, seq: Any, params: DecodeParams) -> AsyncIterator[str]:
+        from ayo.engines.llm import SamplingParams
+
+        sampling = SamplingParams(max_tokens=params.max_tokens, stop=params.stop)
+        async for piece in self.engine.decode(seq, sampling):
+            if piece.text:
+                yield piece.text
+
+    async def close(self, seq: Any) -> None:
+        await self.engine.close(seq)
+
+
+class EmbedderAdapter:
+    def __init__(self, embedder: Any) -> None:
+        self.embedder = embedder
+
+    async def embed(self, texts: list[str]) -> list[np.ndarray]:
+        return list(await self.embedder.embed(list(texts)))
+
+
+def _hit_doc(hit: Any) -> Doc:
+    return Doc(f"{hit.doc_key}#{hit.chunk_id}", hit.text, round(float(hit.score), 6))
+
+
+def _missing(collection: str, store: Any) -> ValueError:
+    return ValueError(
+        f"collection {collection!r} is not in the data directory {store.data_dir}: ingest it "
+        f"with `python -m ayo.ingest wiki --collection {collection} --data-dir {store.data_dir}`"
+    )
+
+
+class StoreIndex:
+    """Dense search over ``store`` collections (the plans' ``default`` is ``collection``);
+    in-memory collections for per-query documents."""
+
+    def __init__(self, store: Any, collection: str = "default") -> None:
+        self.store = store
+        self.collection = collection
+        self._memory: dict[str, tuple[list[Doc], np.ndarray]] = {}
+
+    async def search(self, collection: str, vectors: list[Any], k: int) -> list[list[Doc]]:
+        queries = np.asarray(vectors, dtype=np.float32)
+        if collection in self._memory:
+            docs, matrix = self._memory[collection]
+            scores = queries @ matrix.T
+            order = np.argsort(-scores, axis=1, kind="stable")[:, :k]
+            return [
+                [Doc(docs[j].id, docs[j].text, round(float(s[j]), 6)) for j in row]
+                for row, s in zip(order, scores)
+            ]
+        name = self.collection if collection == "default" else collection
+        if not self.store.vectors.has_collection(name):
+            raise _missing(name, self.store)
+        hits = await self.store.search_vectors(name, queries, k)
+        return [[_hit_doc(h) for h in per_query] for per_query in hits]
+
+    async def ingest(self, collection: str, docs: list[Doc], vectors: list[Any]) -> None:
+        if self.store.vectors.has_collection(collection):
+            raise ValueError(
+                f"collection {collection!r} is a stored collection: add documents to it with "
+                "`python -m ayo ingest`, not from a query"
+            )
+        new = np.asarray(vectors, dtype=np.float32).reshape(len(docs), -1)
+        old_docs, old = self._memory.get(collection, ([], np.zeros((0, new.shape[1]), np.float32)))
+        self._memory[collection] = (old_docs + list(docs), np.concatenate([old, new]))
+
+    async def drop(self, collection: str) -> None:
+        self._memory.pop(collection, None)
+
+    @property
+    def temp_collections(self) -> int:
+        return len(self._memory)
+
+
+class StoreKeywordIndex:
+    """BM25 over the store's collection ``collection``."""
+
+    def __init__(self, store: Any, collection: str = "default") -> None:
+        self.store = store
+        self.collection = collection
+
+    async def search(self, queries: list[str], k: int) -> list[list[Doc]]:
+        if not self.store.vectors.has_collection(self.collection):
+            raise _missing(self.collection, self.store)
+        hits = await self.store.keyword_search(self.collection, list(queries), k)
+        return [[_hit_doc(h) for h in per_query] for per_query in hits]
+
+
+class RerankerAdapter:
+    def __init__(self, reranker: Any) -> None:
+        self.reranker = reranker
+
+    async def rerank(self, query: str, passages: list[Doc], top_k: int) -> list[Doc]:
+        result = await self.reranker.rerank(query, [p.text for p in passages], top_k)
+        return [
+            Doc(passages[i].id, passages[i].text, round(float(s), 6))
+            for i, s in zip(result.indices, result.scores)
+        ]
+
+
+def default_engines(
+    data_dir: str | Path | None = None,
+    collection: str = "default",
+    llm: str = "smollm2-135m-instruct",
+    **llm_config: Any,
+) -> dict[str, object]:
+    """The embedded engines under the names the built-in apps use (``llm`` and ``judge`` share
+    one LLM engine). ``data_dir``: the RetrievalStore folder (default ``$AYO_DATA_DIR`` or
+    ``~/.local/share/ayo``, as ``python -m ayo.ingest``); ``collection``: the stored collection
+    the apps search when a query brings no documents (``default``).
+
+    Raises:
+        RuntimeError: naming the engine or package that is missing.
+    """
+    try:
+        from ayo.engines import Embedder, Reranker, RetrievalStore
+        from ayo.engines.llm import LLMEngine
+    except ImportError as exc:
+        raise RuntimeError(f"App.default() needs the embedded engines: {exc}") from exc
+    try:
+        embedder = Embedder.from_model()
+        engine = LLMEngine.from_model(llm, **llm_config)
+    except Exception as exc:  # a missing model package: say which
+        raise RuntimeError(f"App.default() could not load a model: {exc}") from exc
+    if data_dir is None:
+        from ayo.ingest import default_data_dir
+
+        data_dir = default_data_dir()
+    store = RetrievalStore(data_dir, embedder)
+    llm_adapter = LLMAdapter(engine)
+    return {
+        "llm": llm_adapter,
+        "judge": llm_adapter,
+        "embedder": EmbedderAdapter(embedder),
+        "index": StoreIndex(store, collection),
+        "keyword": StoreKeywordIndex(store, collection),
+        "reranker": RerankerAdapter(Reranker.from_model(embedder=embedder)),
+    }

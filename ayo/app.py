@@ -1,0 +1,289 @@
+"""The App API: engines by name, workflows by name, and queries run through the runtime.
+
+    app = App()
+    app.add_engine("llm", my_llm)            # kinds are found from the methods
+    app.add_engine("embedder", [e1, e2])     # two instances, load-balanced
+    async with app:
+        result = await app.run("advanced_rag", {"question": "..."}, deadline=5.0)
+        async for event in app.stream("naive_rag", {"question": "..."}):
+            print(event.delta, end="")
+
+Every query is compiled (plan cache) and run by a :class:`GraphRun`; every engine call goes
+through that engine's scheduler, so primitives of concurrent queries share batches.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+import time
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ayo.apps import APPS, AppTemplate
+from ayo.engine_set import EngineConfig, EngineSet
+from ayo.metrics import AppMetrics
+from ayo.plan_cache import PlanCache
+from ayo.scheduler import EngineProfile, Node, Plan, RegexTokenizer
+from ayo.scheduler.engine_scheduler import BatchRecord
+from ayo.scheduler.runtime import GraphRun, PlanCosts, answer_nodes
+from ayo.scheduler.simulation import VirtualClockLoop
+from ayo.tracing import Span, Trace
+from ayo.workflow import InputShape, Workflow
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class QueryResult:
+    """A finished query: ``outputs`` by name, ``latency_ms`` end to end, its ``trace``."""
+
+    app: str
+    query_id: int
+    outputs: dict[str, Any]
+    latency_ms: float
+    trace: Trace
+
+
+@dataclass(frozen=True)
+class StreamEvent:
+    """From :meth:`App.stream`: answer text as it is written (``delta``), then the ``result``."""
+
+    delta: str = ""
+    result: QueryResult | None = None
+
+
+class App:
+    """Engines, workflows, plan cache, metrics; see the module doc.
+
+    Args:
+        profiles: engine profiles (by engine name or kind) for the passes and critical-path
+            estimates; defaults per kind otherwise.
+        policy: default batching policy of engines registered without a config.
+        clock: seconds, monotonic; default: ``time.monotonic`` (asyncio's clock), or the loop's
+            virtual clock when running on ``VirtualClockLoop`` (simulation).
+        builtin_apps: register the built-in apps (``ayo.apps``).
+    """
+
+    def __init__(
+        self,
+        *,
+        profiles: Mapping[str, EngineProfile] | None = None,
+        policy: str = "critical_path",
+        clock: Callable[[], float] | None = None,
+        builtin_apps: bool = True,
+    ) -> None:
+        self.profiles = dict(profiles or {})
+        self._clock_option = clock
+        self._clock: Callable[[], float] = clock or time.monotonic
+        self.engines = EngineSet(self._on_batch, self._clock, policy)
+        self.metrics = AppMetrics(self.engines.queue_depths)
+        self._workflows: dict[str, AppTemplate | Workflow] = dict(APPS) if builtin_apps else {}
+        self._plans: PlanCache | None = None
+        self._costs: dict[int, tuple[Plan, PlanCosts]] = {}
+        self._traces: dict[int, Trace] = {}
+        self._ids = itertools.count(1)
+
+    # -- registration ------------------------------------------------------------------------
+    def add_engine(
+        self,
+        name: str,
+        engine: Any | Sequence[Any],
+        *,
+        kind: str | None = None,
+        config: EngineConfig | None = None,
+    ) -> None:
+        """Register ``engine`` (or a list of instances) under ``name``, the name plans use."""
+        self.engines.add(name, engine, kind=kind, config=config)
+
+    def add_workflow(self, workflow: AppTemplate | Workflow) -> None:
+        """Register a workflow (or an app template) under its name."""
+        self._workflows[workflow.name] = workflow
+
+    @property
+    def workflows(self) -> list[str]:
+        return sorted(self._workflows)
+
+    @property
+    def plans(self) -> PlanCache:
+        if self._plans is None:
+            llm = self.engines.instances("llm")[0] if "llm" in self.engines.kinds() else None
+            self._plans = PlanCache(self.profiles, getattr(llm, "tokenizer", RegexTokenizer()))
+        return self._plans
+
+    def plan(self, name: str, inputs: Mapping[str, Any], optimize: bool = True) -> Plan:
+        """The plan a query of workflow ``name`` with ``inputs`` runs (from the plan cache)."""
+        return self.plans.get(self._workflow(name), InputShape.of(inputs), optimize=optimize)
+
+    # -- lifecycle ---------------------------------------------------------------------------
+    async def start(self) -> None:
+        """Start the engine schedulers (done by the first query otherwise)."""
+        if self.engines.started:
+            return
+        if self._clock_option is None:  # asyncio's loops tell time.monotonic(); a simulated one not
+            loop = asyncio.get_running_loop()
+            self._clock = loop.time if isinstance(loop, VirtualClockLoop) else time.monotonic
+            self.engines.clock = self._clock
+        await self.engines.start_instances()
+        self.engines.build()
+
+    async def close(self) -> None:
+        """Stop the schedulers (pending requests fail) and the engines' workers."""
+        started = self.engines.started
+        await self.engines.stop()
+        if started:
+            await self.engines.stop_instances()
+
+    async def __aenter__(self) -> App:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    # -- queries -----------------------------------------------------------------------------
+    async def run(
+        self,
+        name: str,
+        inputs: Mapping[str, Any],
+        *,
+        optimize: bool = True,
+        deadline: float | None = None,
+    ) -> QueryResult:
+        """Run workflow ``name`` on ``inputs``.
+
+        Args:
+            optimize: run the optimized plan (else the module-by-module one).
+            deadline: seconds from now; past it the query fails with ``DeadlineExceeded``.
+
+        Raises:
+            KeyError: unknown workflow. ``PlanError``: inputs that do not fit it.
+            ``ExecutionError``: a primitive failed (named in the message, cause chained).
+        """
+        return await self._run(name, inputs, optimize, deadline, None)
+
+    async def stream(
+        self,
+        name: str,
+        inputs: Mapping[str, Any],
+        *,
+        optimize: bool = True,
+        deadline: float | None = None,
+    ) -> AsyncIterator[StreamEvent]:
+        """Like :meth:`run`, yielding the answer's text as it is decoded, then the result.
+        Leaving the loop early cancels the query (and releases its engine state)."""
+        pieces: asyncio.Queue[str | None] = asyncio.Queue()
+        task = asyncio.ensure_future(self._run(name, inputs, optimize, deadline, pieces.put_nowait))
+        task.add_done_callback(lambda _: pieces.put_nowait(None))
+        try:
+            while (piece := await pieces.get()) is not None:
+                yield StreamEvent(delta=piece)
+            yield StreamEvent(result=task.result())
+        finally:
+            if not task.done():
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+
+    async def _run(
+        self,
+        name: str,
+        inputs: Mapping[str, Any],
+        optimize: bool,
+        deadline: float | None,
+        on_piece: Callable[[str], None] | None,
+    ) -> QueryResult:
+        if deadline is not None and deadline <= 0:
+            raise ValueError(f"deadline must be > 0 seconds, got {deadline}")
+        target = self._workflow(name)
+        await self.start()
+        plan = self.plans.get(target, InputShape.of(inputs), optimize=optimize)
+        query_id = next(self._ids)
+        start = self._clock()
+        trace = self._traces[query_id] = Trace(origin=start)
+        run = GraphRun(
+            plan,
+            inputs,
+            self.engines.proxies,
+            query_id=query_id,
+            costs=self._plan_costs(plan),
+            deadline=None if deadline is None else start + deadline,
+            stream_nodes=answer_nodes(plan) if on_piece else frozenset(),
+            on_piece=on_piece,
+            on_control=lambda node, t0, t1, ok: trace.add(
+                _control_span(query_id, node, t0, t1, ok)
+            ),
+            clock=self._clock,
+        )
+        try:
+            outputs = await run.run()
+        except BaseException as exc:
+            self.metrics.query_failed(name, exc)
+            raise
+        finally:
+            del self._traces[query_id]
+        seconds = self._clock() - start
+        self.metrics.query_done(name, seconds)
+        return QueryResult(name, query_id, outputs, seconds * 1e3, trace)
+
+    def _workflow(self, name: str) -> AppTemplate | Workflow:
+        try:
+            return self._workflows[name]
+        except KeyError:
+            raise KeyError(f"unknown workflow {name!r}; registered: {self.workflows}") from None
+
+    def _plan_costs(self, plan: Plan) -> PlanCosts:
+        entry = self._costs.get(id(plan))
+        if entry is None or entry[0] is not plan:
+            missing = sorted({n.engine for n in plan.nodes if n.engine} - set(self.engines.proxies))
+            if missing:
+                raise KeyError(
+                    f"workflow {plan.name!r} needs engines {missing}; registered: "
+                    f"{sorted(self.engines.proxies)} (add them with App.add_engine)"
+                )
+            entry = self._costs[id(plan)] = (plan, PlanCosts.of(plan, self.profiles))
+        return entry[1]
+
+    def _on_batch(self, record: BatchRecord) -> None:
+        self.metrics.batch(record)
+        size = len(record.requests)
+        for r in record.requests:
+            trace = self._traces.get(r.query_id)
+            if trace is not None:
+                trace.add(
+                    Span(r.query_id, r.node_id, record.engine, r.enqueued_at, record.started,
+                         record.ended, size, record.ok)
+                )  # fmt: skip
+
+    # -- defaults ----------------------------------------------------------------------------
+    @classmethod
+    def fake(cls, delay_s: float = 0.0, **options: Any) -> App:
+        """An App on the deterministic fake engines (``ayo.scheduler.fakes``)."""
+        from ayo.scheduler.fakes import fake_engines
+
+        app = cls(**options)
+        for name, engine in fake_engines(delay_s).items():
+            app.add_engine(name, engine)
+        return app
+
+    @classmethod
+    def default(
+        cls, data_dir: str | None = None, collection: str = "default", **options: Any
+    ) -> App:
+        """An App on the embedded engines (LLM, embedder, reranker, indexes over the
+        RetrievalStore in ``data_dir``, searching ``collection`` when a query brings no
+        documents): see :mod:`ayo.adapters`. Loads models (seconds). Raises RuntimeError
+        naming what is missing."""
+        from ayo.adapters import default_engines
+
+        app = cls(**options)
+        for name, engine in default_engines(data_dir, collection).items():
+            app.add_engine(name, engine)
+        return app
+
+
+def _control_span(query_id: int, node: Node, start: float, end: float, ok: bool) -> Span:
+    return Span(query_id, node.id, "control", start, start, end, 1, ok)

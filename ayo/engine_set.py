@@ -1,0 +1,251 @@
+"""The engines of an App: registered by name, each behind its engine scheduler(s) and a batching
+proxy with the interface the plans call (``ayo.scheduler.engine_api``).
+
+Several engines of one kind get distinct names (``llm`` and ``judge``); several *instances* of one
+engine (a list) share its name and are load-balanced (queue length; for LLMs KV usage and open
+sequences, a sequence staying on its instance). A vector index holds collections, so it is one
+instance.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ayo.scheduler.admission import Admission
+from ayo.scheduler.batched import (
+    BatchedEmbedder,
+    BatchedIndex,
+    BatchedKeywordIndex,
+    BatchedReranker,
+    EmbedRunner,
+    IndexRunner,
+    KeywordRunner,
+    MergingRunner,
+    PrefillRunner,
+    RerankRunner,
+)
+from ayo.scheduler.batched_llm import BatchedLLM
+from ayo.scheduler.batching import POLICIES, BatchLimits
+from ayo.scheduler.engine_scheduler import BatchRecord, EnginePool, EngineScheduler
+
+log = logging.getLogger(__name__)
+
+KINDS = ("llm", "embedder", "index", "keyword", "reranker")
+_RUNNERS: dict[str, Callable[[Any], MergingRunner]] = {
+    "llm": PrefillRunner,
+    "embedder": EmbedRunner,
+    "index": IndexRunner,
+    "keyword": KeywordRunner,
+    "reranker": RerankRunner,
+}
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """How one engine is scheduled.
+
+    Attributes:
+        policy: batching policy, one of ``fcfs``, ``depth``, ``critical_path``.
+        limits: per-batch limits (items, tokens, fill wait).
+        max_queue: pending requests before callers wait (backpressure).
+        max_inflight: batches computed at once per instance (an LLM engine batches concurrent
+            prefills itself, so it takes many).
+        policy_options: e.g. ``{"aging_ms_per_ms": 0.5}`` for ``critical_path``.
+        max_running: LLMs only: decodes running at once per instance (bounded by its KV cache);
+            waiting ones are admitted in policy order. None: the engine admits everything.
+    """
+
+    policy: str = "critical_path"
+    limits: BatchLimits = field(default_factory=BatchLimits)
+    max_queue: int = 4096
+    max_inflight: int = 1
+    policy_options: Mapping[str, float] = field(default_factory=dict)
+    max_running: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.max_running is not None and self.max_running < 1:
+            raise ValueError(f"max_running must be >= 1 or None, got {self.max_running}")
+        if self.policy not in POLICIES:
+            raise ValueError(f"unknown batching policy {self.policy!r}; choose one of {POLICIES}")
+        if self.max_queue < 1 or self.max_inflight < 1:
+            raise ValueError("max_queue and max_inflight must be >= 1")
+
+    @classmethod
+    def for_kind(cls, kind: str, policy: str = "critical_path") -> EngineConfig:
+        """Defaults: LLMs take 64 concurrent prefills; other engines one batch at a time."""
+        if kind == "llm":
+            return cls(policy, BatchLimits(max_items=64), max_inflight=64)
+        return cls(policy)
+
+
+def engine_kind(engine: Any) -> str:
+    """The interface ``engine`` implements, from its methods."""
+    if hasattr(engine, "prefill") and hasattr(engine, "decode"):
+        return "llm"
+    for method, kind in (("embed", "embedder"), ("rerank", "reranker"), ("ingest", "index")):
+        if hasattr(engine, method):
+            return kind
+    if hasattr(engine, "search"):
+        return "keyword"
+    raise TypeError(
+        f"{type(engine).__name__} implements no engine interface (needs prefill+decode, embed, "
+        "rerank, ingest+search or search; see ayo.scheduler.engine_api)"
+    )
+
+
+@dataclass
+class _Entry:
+    name: str
+    kind: str
+    instances: list[Any]
+    config: EngineConfig
+    schedulers: list[EngineScheduler] = field(default_factory=list)
+
+
+class EngineSet:
+    """Engines by name, their schedulers and their batching proxies (``proxies``)."""
+
+    def __init__(
+        self,
+        on_batch: Callable[[BatchRecord], None],
+        clock: Callable[[], float] = time.monotonic,
+        default_policy: str = "critical_path",
+    ) -> None:
+        if default_policy not in POLICIES:
+            raise ValueError(
+                f"unknown batching policy {default_policy!r}; choose one of {POLICIES}"
+            )
+        self._entries: dict[str, _Entry] = {}
+        self._on_batch = on_batch
+        self.clock = clock
+        self.default_policy = default_policy
+        self.proxies: dict[str, Any] = {}
+        self.started = False
+
+    def add(
+        self,
+        name: str,
+        engine: Any | Sequence[Any],
+        *,
+        kind: str | None = None,
+        config: EngineConfig | None = None,
+    ) -> None:
+        if self.started:
+            raise RuntimeError(f"cannot add engine {name!r}: the app is already running")
+        if name in self._entries:
+            raise ValueError(f"an engine named {name!r} is already registered")
+        instances = list(engine) if isinstance(engine, (list, tuple)) else [engine]
+        if not instances:
+            raise ValueError(f"engine {name!r}: give at least one instance")
+        kinds = {kind or engine_kind(e) for e in instances}
+        if len(kinds) != 1 or (found := kinds.pop()) not in KINDS:
+            raise ValueError(f"engine {name!r}: instances must share one kind of {KINDS}")
+        if found == "index" and len(instances) > 1:
+            raise ValueError(
+                f"engine {name!r}: a vector index holds collections and cannot be pooled; "
+                "register one instance"
+            )
+        cfg = config or EngineConfig.for_kind(found, self.default_policy)
+        self._entries[name] = _Entry(name, found, instances, cfg)
+
+    def kinds(self) -> dict[str, str]:
+        return {n: e.kind for n, e in self._entries.items()}
+
+    def instances(self, name: str) -> list[Any]:
+        return self._entries[name].instances
+
+    def build(self) -> None:
+        """Create schedulers and proxies and start the dispatchers (needs a running loop)."""
+        if self.started:
+            return
+        for e in self._entries.values():
+            rows = (
+                [e.name]
+                if len(e.instances) == 1
+                else [f"{e.name}#{i}" for i in range(len(e.instances))]
+            )
+            e.schedulers = [
+                EngineScheduler(
+                    _RUNNERS[e.kind](inst),
+                    row,
+                    policy=e.config.policy,
+                    limits=e.config.limits,
+                    max_queue=e.config.max_queue,
+                    max_inflight=e.config.max_inflight,
+                    on_batch=self._on_batch,
+                    clock=self.clock,
+                    **dict(e.config.policy_options),
+                )
+                for inst, row in zip(e.instances, rows)
+            ]
+            for s in e.schedulers:
+                s.start()
+            self.proxies[e.name] = self._proxy(e)
+        self.started = True
+
+    def _proxy(self, e: _Entry) -> Any:
+        if e.kind == "llm":
+            admissions = None
+            if e.config.max_running is not None:
+                admissions = [
+                    Admission(
+                        s.name,
+                        e.config.max_running,
+                        e.config.policy,
+                        self.clock,
+                        **dict(e.config.policy_options),
+                    )
+                    for s in e.schedulers
+                ]
+            return BatchedLLM(
+                e.name,
+                e.instances,
+                e.schedulers,
+                admissions,
+                on_batch=self._on_batch,
+                clock=self.clock,
+            )
+        target = e.schedulers[0] if len(e.schedulers) == 1 else EnginePool(e.schedulers)
+        if e.kind == "embedder":
+            return BatchedEmbedder(target)
+        if e.kind == "index":
+            return BatchedIndex(target, e.instances[0])
+        if e.kind == "keyword":
+            return BatchedKeywordIndex(target)
+        return BatchedReranker(target)
+
+    def _distinct_instances(self) -> list[Any]:
+        seen: dict[int, Any] = {}
+        for e in self._entries.values():
+            for inst in e.instances:
+                seen.setdefault(id(inst), inst)
+        return list(seen.values())
+
+    async def start_instances(self) -> None:
+        """Await ``start()`` of every engine instance that has one (worker threads), once each."""
+        for inst in self._distinct_instances():
+            if callable(getattr(inst, "start", None)):
+                await inst.start()
+
+    async def stop_instances(self) -> None:
+        for inst in reversed(self._distinct_instances()):
+            if callable(getattr(inst, "stop", None)):
+                await inst.stop()
+
+    def queue_depths(self) -> dict[str, int]:
+        return {s.name: s.queue_length for e in self._entries.values() for s in e.schedulers}
+
+    def stats(self) -> dict[str, dict[str, float]]:
+        return {s.name: s.stats() for e in self._entries.values() for s in e.schedulers}
+
+    async def stop(self) -> None:
+        for e in self._entries.values():
+            for s in e.schedulers:
+                await s.stop()
+            e.schedulers = []
+        self.proxies.clear()
+        self.started = False

@@ -1,0 +1,219 @@
+"""The per-query graph scheduler: the reference executor plus what a serving runtime needs.
+
+:class:`GraphRun` runs one query of a plan like :class:`QueryRun` (in-degree counters, dispatch
+on readiness, stream edges, outputs by port, the first error naming its primitive, engine state
+released however the query ends) and adds:
+
+- policy inputs for the engine schedulers: each primitive's task carries a :class:`RequestInfo`
+  (query, node, depth, remaining critical-path time from engine profiles, deadline);
+- a deadline: when it passes, the query fails with :class:`DeadlineExceeded` naming the
+  primitives still running; pending primitives are cancelled (withdrawn from engine queues) and
+  LLM sequences and temporary collections are released; cancelling the caller does the same;
+- streamed answers: pieces decoded by chosen nodes go to a callback as they are written;
+- a callback per finished control primitive (Map, Condition, Aggregate) for traces.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from .errors import ExecutionError
+from .executor import QueryRun
+from .graph import INPUT_ID, OUTPUT_ID, EdgeKind, Node, Plan
+from .ops import Op
+from .ports import PortType
+from .profile import EngineProfile, profile_for
+from .request_info import CURRENT, RequestInfo
+
+_DECODES = (Op.DECODE, Op.PARTIAL_DECODE)
+_PREFILLS = (Op.PREFILL, Op.PARTIAL_PREFILL, Op.FULL_PREFILL)
+
+
+class DeadlineExceeded(TimeoutError):
+    """A query ran past its deadline; ``running`` names the primitives it was waiting for."""
+
+    def __init__(self, query: str, deadline_ms: float, running: list[str]) -> None:
+        self.running = running
+        super().__init__(
+            f"query {query} missed its deadline ({deadline_ms:.1f} ms); still running: "
+            f"{', '.join(running) or 'nothing'}"
+        )
+
+
+def node_cost_ms(node: Node, profile: EngineProfile) -> float:
+    """Estimated milliseconds of one primitive alone on its engine (0 for control ops).
+
+    A decode costs ``max_tokens`` steps of one item; a prefill one item plus its prompt's tokens
+    (template length / 4 plus ``placeholder_tokens`` per placeholder); others one item.
+    """
+    if not node.op.info.engine_kind:
+        return 0.0
+    latency = profile.latency
+    if node.op in _DECODES:
+        return node.config.get("max_tokens", 1) * latency.estimate_ms(1)
+    if node.op in _PREFILLS and "prompt" in node.config:
+        prompt = node.config["prompt"]
+        tokens = len(prompt.template) // 4 + profile.placeholder_tokens * len(prompt.placeholders)
+        return latency.estimate_ms(1, tokens)
+    return latency.estimate_ms(1)
+
+
+@dataclass(frozen=True)
+class PlanCosts:
+    """Per-node facts the batching policies read: ``depth`` (longest path to the output, in
+    edges), ``cost_ms`` and ``remaining_ms`` (cost of the costliest path from the node to the
+    output, the node included)."""
+
+    depth: Mapping[str, int]
+    cost_ms: Mapping[str, float]
+    remaining_ms: Mapping[str, float]
+    inline: frozenset[str] = frozenset()
+
+    @classmethod
+    def of(cls, plan: Plan, profiles: Mapping[str, EngineProfile]) -> PlanCosts:
+        cost = {
+            n.id: node_cost_ms(n, profile_for(profiles, n.engine, n.op.info.engine_kind))
+            for n in plan.nodes
+        }
+        remaining: dict[str, float] = {}
+        for nid in reversed(plan.topo_order):
+            after = [remaining[e.dst] for e in plan.out_edges(nid) if e.dst in remaining]
+            remaining[nid] = cost[nid] + max(after, default=0.0)
+        return cls(plan.depth, cost, remaining, _inline_nodes(plan))
+
+
+_INLINE_OPS = (Op.MAP, Op.CONDITION, Op.AGGREGATE)
+_HOLDS_STATE = (PortType.SEQ, PortType.SEQ_LIST, PortType.ANY)
+
+
+def _inline_nodes(plan: Plan) -> frozenset[str]:
+    """Control primitives that never suspend (no stream in or out, no sequence to close when
+    skipped): they run in the task that completes their last input, without a task of their own."""
+    streams = {e.src for e in plan.edges if e.kind == EdgeKind.STREAM}
+    streams |= {e.dst for e in plan.edges if e.kind == EdgeKind.STREAM}
+    return frozenset(
+        n.id
+        for n in plan.nodes
+        if n.op in _INLINE_OPS
+        and n.id not in streams
+        and not any(p.type in _HOLDS_STATE for p in n.inputs)
+    )
+
+
+class GraphRun(QueryRun):
+    """One query of ``plan`` on ``engines`` (usually batching proxies), see the module doc.
+
+    Args:
+        query_id: the query's number (engine-scheduler buckets, traces).
+        costs: :meth:`PlanCosts.of` the plan (computed once per plan by the caller).
+        deadline: absolute time on ``clock`` by which the query must end, or None.
+        stream_nodes: decode nodes whose pieces go to ``on_piece``.
+        on_control: called with (node, start, end, ok) for each control primitive.
+        clock: seconds; the event loop's clock unless told otherwise.
+    """
+
+    def __init__(
+        self,
+        plan: Plan,
+        inputs: Mapping[str, Any],
+        engines: Mapping[str, Any],
+        *,
+        query_id: int,
+        costs: PlanCosts,
+        deadline: float | None = None,
+        stream_nodes: frozenset[str] = frozenset(),
+        on_piece: Callable[[str], None] | None = None,
+        on_control: Callable[[Node, float, float, bool], None] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        super().__init__(plan, inputs, engines, f"q{query_id}")
+        self.number = query_id
+        self.costs = costs
+        self.deadline = deadline
+        self._stream_nodes = stream_nodes
+        self._on_piece = on_piece
+        self._on_control = on_control
+        self._clock = clock
+        self._active: dict[str, float] = {}
+        self._started = clock()
+
+    # -- QueryState ----------------------------------------------------------------------------
+    def remaining_ms(self) -> float:
+        return max(self._active.values(), default=0.0)
+
+    def decoded(self, node_id: str, piece: Any) -> None:
+        if self._on_piece is not None and node_id in self._stream_nodes:
+            self._on_piece(piece if isinstance(piece, str) else piece.text)
+
+    # -- running -------------------------------------------------------------------------------
+    async def run(self) -> dict[str, Any]:
+        """Execute; raises ``ExecutionError`` naming the failed primitive, or
+        :class:`DeadlineExceeded`."""
+        if self.deadline is None:
+            return await super().run()
+        loop = asyncio.get_running_loop()
+        timer = loop.call_later(max(0.0, self.deadline - self._clock()), self._expire)
+        try:
+            return await super().run()
+        finally:
+            timer.cancel()
+
+    def _expire(self) -> None:
+        if self._result is not None and not self._result.done():
+            budget_ms = (self.deadline - self._started) * 1e3 if self.deadline else 0.0
+            self._result.set_exception(
+                DeadlineExceeded(self.ctx.query_id, budget_ms, sorted(self._active))
+            )
+
+    def _start(self, node: Node) -> None:
+        if node.id not in self.costs.inline:
+            super()._start(node)
+            return
+        start = self._clock() if self._on_control is not None else 0.0
+        step = QueryRun._run_node(self, node)  # no engine call: no RequestInfo, no task
+        try:
+            step.send(None)
+        except StopIteration:
+            pass
+        else:  # an inline primitive awaited something: a bug in _inline_nodes
+            step.close()
+            raise RuntimeError(f"inline primitive {node.id!r} suspended")
+        if self._on_control is not None:
+            self._on_control(node, start, self._clock(), not self._failed(node))
+
+    async def _run_node(self, node: Node) -> None:
+        remaining = self.costs.remaining_ms[node.id]
+        CURRENT.set(
+            RequestInfo(
+                self.number, node.id, node.op.value, self.costs.depth[node.id], remaining, self
+            )
+        )
+        self._active[node.id] = remaining
+        control = self._on_control is not None and not node.op.info.engine_kind
+        start = self._clock() if control else 0.0
+        try:
+            await super()._run_node(node)
+        finally:
+            self._active.pop(node.id, None)
+            if control:
+                self._on_control(node, start, self._clock(), not self._failed(node))
+
+    def _failed(self, node: Node) -> bool:
+        res = self._result
+        if res is None or not res.done() or res.cancelled():
+            return False
+        exc = res.exception()
+        return isinstance(exc, ExecutionError) and exc.node == node.id
+
+
+def answer_nodes(plan: Plan, port: str = "answer") -> frozenset[str]:
+    """The decode nodes whose text is the plan's output ``port`` (the streamed answer)."""
+    edge = plan.source(OUTPUT_ID, port)
+    if edge is None or edge.src == INPUT_ID:
+        return frozenset()
+    node = plan.node(edge.src)
+    return frozenset({node.id}) if node.op == Op.DECODE else frozenset()

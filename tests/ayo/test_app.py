@@ -1,0 +1,145 @@
+"""The App API, its configuration errors, metrics, traces and the ``run`` command."""
+
+import asyncio
+import json
+import sys
+
+import pytest
+
+from ayo.__main__ import main
+from ayo.app import App
+from ayo.engine_set import EngineConfig, engine_kind
+from ayo.scheduler import PlanError
+from ayo.scheduler.fakes import FakeEmbedder, FakeIndex, FakeLLM, fake_engines
+
+
+async def test_run_returns_outputs_latency_and_a_trace_with_every_primitive() -> None:
+    async with App.fake() as app:
+        result = await app.run("search_gen", {"question": "bread and glass"})
+        plan = app.plan("search_gen", {"question": "x"})
+    assert set(result.outputs) >= {"answer", "searched"} and result.latency_ms > 0
+    traced = {s.node_id for s in result.trace.spans}
+    ran = {n.id for n in plan.nodes if n.id not in ("input", "output")}
+    if not result.outputs["searched"]:  # the skipped branch's keyword search never ran
+        ran.discard("search.search")
+    assert traced == ran
+    engines = set(result.trace.engines())
+    assert {"judge", "llm", "control"} <= engines
+    chrome = result.trace.to_chrome()
+    assert {e["args"]["name"] for e in chrome["traceEvents"] if e["ph"] == "M"} == engines
+
+
+async def test_two_instances_of_one_engine_share_the_load() -> None:
+    a, b = FakeEmbedder(delay_s=0.002), FakeEmbedder(delay_s=0.002)
+    llm1, llm2 = FakeLLM(delay_s=0.001), FakeLLM(delay_s=0.001)
+    llm2.tokenizer = llm1.tokenizer  # two instances of one model
+    app = App()
+    for name, engine in fake_engines().items():
+        pools = {"embedder": [a, b], "llm": [llm1, llm2]}
+        app.add_engine(name, pools.get(name, engine))
+    async with app:
+        outs = await asyncio.gather(
+            *(app.run("naive_rag", {"question": f"q{i}"}) for i in range(24))
+        )
+    assert a.calls > 0 and b.calls > 0
+    assert llm1.prefill_calls and llm2.prefill_calls  # sequences spread over both LLMs
+    assert llm1.open_sequences == llm2.open_sequences == 0
+    async with App.fake() as single:
+        ref = await asyncio.gather(
+            *(single.run("naive_rag", {"question": f"q{i}"}) for i in range(24))
+        )
+    assert [o.outputs for o in outs] == [r.outputs for r in ref]
+
+
+def test_configuration_errors_say_what_to_do() -> None:
+    with pytest.raises(ValueError, match="unknown batching policy 'lifo'; choose one of"):
+        EngineConfig("lifo")
+    app = App()
+    app.add_engine("embedder", FakeEmbedder())
+    with pytest.raises(ValueError, match="already registered"):
+        app.add_engine("embedder", FakeEmbedder())
+    with pytest.raises(ValueError, match="cannot be pooled"):
+        app.add_engine("index", [FakeIndex(), FakeIndex()])
+    with pytest.raises(TypeError, match="implements no engine interface"):
+        engine_kind(object())
+    with pytest.raises(KeyError, match="unknown workflow 'nope'"):
+        asyncio.run(app.run("nope", {"question": "x"}))
+
+
+async def test_a_primitive_with_no_engine_is_named() -> None:
+    app = App()
+    app.add_engine("embedder", FakeEmbedder())
+    async with app:
+        with pytest.raises(KeyError, match=r"needs engines \['index', 'llm'\]"):
+            await app.run("naive_rag", {"question": "x"})
+
+
+async def test_metrics_count_queries_batches_and_queue_depth() -> None:
+    async with App.fake() as app:
+        await asyncio.gather(*(app.run("naive_rag", {"question": f"q{i}"}) for i in range(6)))
+        with pytest.raises(PlanError, match="has no inputs"):
+            await app.run("naive_rag", {"question": "x", "unknown": "y"})
+        text = app.metrics.exposition().decode()
+    assert 'ayo_queries_total{app="naive_rag"} 6.0' in text
+    assert 'ayo_batch_size_count{engine="embedder"}' in text
+    assert 'ayo_primitive_latency_seconds_count{engine="index",op="Search"}' in text
+    assert 'ayo_engine_queue_depth{engine="llm"} 0.0' in text
+
+
+def test_default_app_names_what_is_missing(monkeypatch) -> None:
+    monkeypatch.setitem(sys.modules, "ayo.engines.llm", None)  # as if the package were absent
+    with pytest.raises(RuntimeError, match=r"App\.default\(\) needs the embedded engines"):
+        App.default()
+
+
+def test_cli_run_json_and_trace(tmp_path, capsys) -> None:
+    trace = tmp_path / "trace.json"
+    args = ["run", "advanced_rag", "--engines", "fake", "-i", "question=why do stars shine"]
+    args += ["-i", "documents=rivers run to the sea", "-i", "documents=stars burn"]
+    assert main([*args, "--json", "--trace", str(trace)]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert set(out) == {"outputs", "latency_ms"} and out["outputs"]["answer"]
+    events = json.loads(trace.read_text())["traceEvents"]
+    assert any(e.get("name") == "rerank.rerank" for e in events)
+
+    async def direct():
+        async with App.fake() as app:
+            inputs = {"question": "why do stars shine"}
+            inputs["documents"] = ["rivers run to the sea", "stars burn"]
+            return (await app.run("advanced_rag", inputs)).outputs
+
+    assert out["outputs"] == asyncio.run(direct())
+    assert main(["run", "naive_rag", "--engines", "fake", "-i", "oops"]) == 2
+    assert "--input takes key=value" in capsys.readouterr().err
+
+
+async def test_llm_max_running_bounds_concurrent_decodes() -> None:
+    class CountingLLM(FakeLLM):
+        running = peak = 0
+
+        async def decode(self, seq, params):
+            CountingLLM.running += 1
+            CountingLLM.peak = max(CountingLLM.peak, CountingLLM.running)
+            try:
+                async for piece in super().decode(seq, params):
+                    yield piece
+            finally:
+                CountingLLM.running -= 1
+
+    app = App()
+    for name, engine in fake_engines().items():
+        if name == "llm":
+            engine = CountingLLM(delay_s=0.001)
+            app.add_engine(name, engine, config=EngineConfig("depth", max_running=2))
+        else:
+            app.add_engine(name, engine)
+    async with app:
+        outs = await asyncio.gather(
+            *(app.run("naive_rag", {"question": f"q{i}"}) for i in range(8))
+        )
+    async with App.fake() as ref:
+        want = await asyncio.gather(
+            *(ref.run("naive_rag", {"question": f"q{i}"}) for i in range(8))
+        )
+    assert CountingLLM.peak == 2 and CountingLLM.running == 0
+    assert [o.outputs for o in outs] == [w.outputs for w in want]
