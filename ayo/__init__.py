@@ -11,3 +11,12 @@ import os
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 __version__ = "0.1.0"
+
+
+def __getattr__(name: str):
+    """``ayo.App`` without making ``import ayo`` load the runtime (and torch)."""
+    if name == "App":
+        from .app import App
+
+        return App
+    raise AttributeError(f"module 'ayo' has no attribute {name!r}")
