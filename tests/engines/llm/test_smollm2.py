@@ -92,7 +92,7 @@ async def test_bfloat16_close_to_transformers_bfloat16(smol, greedy):
     fp32 greedy continuation and by greedy token agreement."""
     hf16 = copy.deepcopy(smol.hf).to(torch.bfloat16)
     ours16 = LlamaModel(smol.loaded.config, smol.loaded.weights, torch.bfloat16)
-    assert ours16.decode_attention.__name__ == "decode_matmul"  # the CPU fast path
+    assert ours16.prefill_attention.__name__ == "prefill_matmul"  # the CPU fast path
     async with engine(smol, model=ours16, dtype="bfloat16") as eng:
         agree = []
         for ctx, cont in zip(smol.prompts, smol.expected):
