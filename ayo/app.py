@@ -28,10 +28,10 @@ from ayo.engine_set import EngineConfig, EngineSet
 from ayo.metrics import AppMetrics
 from ayo.plan_cache import PlanCache
 from ayo.scheduler import EngineProfile, Node, Plan, RegexTokenizer
-from ayo.scheduler.engine_scheduler import BatchRecord
+from ayo.scheduler.engine_scheduler import BatchRecord, QueueFull
 from ayo.scheduler.runtime import GraphRun, PlanCosts, answer_nodes
 from ayo.scheduler.simulation import VirtualClockLoop
-from ayo.tracing import Span, Trace
+from ayo.tracing import Trace
 from ayo.workflow import InputShape, Workflow
 
 log = logging.getLogger(__name__)
@@ -66,6 +66,8 @@ class App:
         clock: seconds, monotonic; default: ``time.monotonic`` (asyncio's clock), or the loop's
             virtual clock when running on ``VirtualClockLoop`` (simulation).
         builtin_apps: register the built-in apps (``ayo.apps``).
+        max_queries: queries in flight at once; more wait for a slot, or raise ``QueueFull``
+            at once when called with ``wait=False``. None: no limit.
     """
 
     def __init__(
@@ -75,7 +77,13 @@ class App:
         policy: str = "critical_path",
         clock: Callable[[], float] | None = None,
         builtin_apps: bool = True,
+        max_queries: int | None = None,
     ) -> None:
+        if max_queries is not None and max_queries < 1:
+            raise ValueError(f"max_queries must be >= 1 or None, got {max_queries}")
+        self.max_queries = max_queries
+        self._slots = asyncio.Semaphore(max_queries) if max_queries else None
+        self.in_flight = 0
         self.profiles = dict(profiles or {})
         self._clock_option = clock
         self._clock: Callable[[], float] = clock or time.monotonic
@@ -106,6 +114,10 @@ class App:
     @property
     def workflows(self) -> list[str]:
         return sorted(self._workflows)
+
+    def workflow(self, name: str) -> AppTemplate | Workflow:
+        """The workflow (or app template) registered as ``name``; KeyError lists the names."""
+        return self._workflow(name)
 
     @property
     def plans(self) -> PlanCache:
@@ -152,18 +164,21 @@ class App:
         *,
         optimize: bool = True,
         deadline: float | None = None,
+        wait: bool = True,
     ) -> QueryResult:
         """Run workflow ``name`` on ``inputs``.
 
         Args:
             optimize: run the optimized plan (else the module-by-module one).
             deadline: seconds from now; past it the query fails with ``DeadlineExceeded``.
+            wait: when ``max_queries`` queries are in flight, wait for a slot (else raise
+                ``QueueFull`` at once).
 
         Raises:
             KeyError: unknown workflow. ``PlanError``: inputs that do not fit it.
             ``ExecutionError``: a primitive failed (named in the message, cause chained).
         """
-        return await self._run(name, inputs, optimize, deadline, None)
+        return await self._admitted(wait, lambda: self._run(name, inputs, optimize, deadline, None))
 
     async def stream(
         self,
@@ -172,11 +187,16 @@ class App:
         *,
         optimize: bool = True,
         deadline: float | None = None,
+        wait: bool = True,
     ) -> AsyncIterator[StreamEvent]:
         """Like :meth:`run`, yielding the answer's text as it is decoded, then the result.
         Leaving the loop early cancels the query (and releases its engine state)."""
         pieces: asyncio.Queue[str | None] = asyncio.Queue()
-        task = asyncio.ensure_future(self._run(name, inputs, optimize, deadline, pieces.put_nowait))
+        task = asyncio.ensure_future(
+            self._admitted(
+                wait, lambda: self._run(name, inputs, optimize, deadline, pieces.put_nowait)
+            )
+        )
         task.add_done_callback(lambda _: pieces.put_nowait(None))
         try:
             while (piece := await pieces.get()) is not None:
@@ -187,6 +207,22 @@ class App:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
+
+    async def _admitted(self, wait: bool, start: Callable[[], Any]) -> QueryResult:
+        """``await start()`` holding one of the ``max_queries`` slots."""
+        if self._slots is not None:
+            if not wait and self._slots.locked():
+                raise QueueFull(
+                    f"{self.max_queries} queries are in flight (App max_queries); retry later"
+                )
+            await self._slots.acquire()
+        self.in_flight += 1
+        try:
+            return await start()
+        finally:
+            self.in_flight -= 1
+            if self._slots is not None:
+                self._slots.release()
 
     async def _run(
         self,
@@ -213,7 +249,7 @@ class App:
             deadline=None if deadline is None else start + deadline,
             stream_nodes=answer_nodes(plan) if on_piece else frozenset(),
             on_piece=on_piece,
-            on_control=lambda node, t0, t1, ok: trace.add(
+            on_control=lambda node, t0, t1, ok: trace.add_row(
                 _control_span(query_id, node, t0, t1, ok)
             ),
             clock=self._clock,
@@ -249,14 +285,14 @@ class App:
 
     def _on_batch(self, record: BatchRecord) -> None:
         self.metrics.batch(record)
-        size = len(record.requests)
+        traces, size, ok = self._traces, len(record.requests), record.ok
+        engine, started, ended = record.engine, record.started, record.ended
         for r in record.requests:
-            trace = self._traces.get(r.query_id)
-            if trace is not None:
-                trace.add(
-                    Span(r.query_id, r.node_id, record.engine, r.enqueued_at, record.started,
-                         record.ended, size, record.ok)
-                )  # fmt: skip
+            trace = traces.get(r.query_id)
+            if trace is not None:  # a Span's fields, built when the trace is read
+                trace.add_row(
+                    (r.query_id, r.node_id, engine, r.enqueued_at, started, ended, size, ok)
+                )
 
     # -- defaults ----------------------------------------------------------------------------
     @classmethod
@@ -285,5 +321,6 @@ class App:
         return app
 
 
-def _control_span(query_id: int, node: Node, start: float, end: float, ok: bool) -> Span:
-    return Span(query_id, node.id, "control", start, start, end, 1, ok)
+def _control_span(query_id: int, node: Node, start: float, end: float, ok: bool) -> tuple:
+    """A control primitive's :class:`Span`, as the row ``Trace.add_row`` takes."""
+    return (query_id, node.id, "control", start, start, end, 1, ok)

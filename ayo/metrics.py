@@ -9,11 +9,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+import time
+from bisect import bisect_left
+from collections.abc import Callable, Iterator, Mapping, Sequence
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
+from prometheus_client.utils import floatToGoString
 
 from ayo.scheduler.engine_scheduler import BatchRecord
 
@@ -32,6 +35,49 @@ class _QueueDepth(Collector):
         for engine, depth in sorted(self._read().items()):
             gauge.add_metric([engine], depth)
         yield gauge
+
+
+class LoopHistogram(Collector):
+    """A labelled histogram observed from the event loop's thread only: an observation is a
+    bisect and two additions (no lock, no per-observation objects); the exposition is the same
+    as ``prometheus_client.Histogram``'s (buckets, count, sum, created)."""
+
+    def __init__(
+        self, name: str, documentation: str, labelnames: Sequence[str], buckets: Sequence[float]
+    ) -> None:
+        self.name = name
+        self.documentation = documentation
+        self.labelnames = tuple(labelnames)
+        self.bounds = [float(b) for b in buckets]
+        self._series: dict[tuple[str, ...], list[float]] = {}  # counts per bucket, sum, created
+
+    def series(self, labels: tuple[str, ...]) -> list[float]:
+        """The mutable row of ``labels``: observe with :meth:`observe_into`."""
+        row = self._series.get(labels)
+        if row is None:
+            row = self._series[labels] = [0] * (len(self.bounds) + 1) + [0.0, time.time()]
+        return row
+
+    def observe_into(self, row: list[float], value: float) -> None:
+        row[bisect_left(self.bounds, value)] += 1
+        row[-2] += value
+
+    def observe(self, labels: tuple[str, ...], value: float) -> None:
+        self.observe_into(self.series(labels), value)
+
+    def collect(self) -> Iterator[Metric]:
+        metric = Metric(self.name, self.documentation, "histogram")
+        les = [floatToGoString(b) for b in self.bounds] + ["+Inf"]
+        for labels, row in sorted(self._series.items()):
+            base = dict(zip(self.labelnames, labels))
+            total = 0
+            for le, count in zip(les, row):
+                total += count
+                metric.add_sample(f"{self.name}_bucket", {**base, "le": le}, total)
+            metric.add_sample(f"{self.name}_count", base, total)
+            metric.add_sample(f"{self.name}_sum", base, row[-2])
+            metric.add_sample(f"{self.name}_created", base, row[-1])
+        yield metric
 
 
 class AppMetrics:
@@ -57,28 +103,40 @@ class AppMetrics:
             buckets=_BATCH_BUCKETS,
             registry=self.registry,
         )
-        self.primitive_latency = Histogram(
+        self.primitive_latency = LoopHistogram(
             "ayo_primitive_latency_seconds",
             "Queued plus run time of a primitive's engine request",
             ["engine", "op"],
-            buckets=_LATENCY_BUCKETS,
-            registry=self.registry,
+            _LATENCY_BUCKETS,
         )
+        self.registry.register(self.primitive_latency)
         self.registry.register(_QueueDepth(queue_depths))
-        self._children: dict[tuple[str, str], object] = {}
+        self._batch_sizes: dict[str, object] = {}
+        self._rows: dict[tuple[str, str], list[float]] = {}
+        self._apps: dict[str, tuple[object, object]] = {}
 
     def batch(self, record: BatchRecord) -> None:
-        self.batch_size.labels(record.engine).observe(len(record.requests))
+        """One finished engine batch: its size, and each request's queued + run time."""
+        sizes = self._batch_sizes.get(record.engine)
+        if sizes is None:
+            sizes = self._batch_sizes[record.engine] = self.batch_size.labels(record.engine)
+        sizes.observe(len(record.requests))  # type: ignore[attr-defined]
+        rows, engine, ended = self._rows, record.engine, record.ended
+        bounds, find = self.primitive_latency.bounds, bisect_left
         for r in record.requests:
-            key = (record.engine, r.extra.get("op", ""))
-            child = self._children.get(key)
-            if child is None:
-                child = self._children[key] = self.primitive_latency.labels(*key)
-            child.observe(record.ended - r.enqueued_at)  # type: ignore[attr-defined]
+            row = rows.get((engine, r.op))
+            if row is None:
+                row = rows[(engine, r.op)] = self.primitive_latency.series((engine, r.op))
+            value = ended - r.enqueued_at
+            row[find(bounds, value)] += 1
+            row[-2] += value
 
     def query_done(self, app: str, seconds: float) -> None:
-        self.queries.labels(app).inc()
-        self.latency.labels(app).observe(seconds)
+        children = self._apps.get(app)
+        if children is None:
+            children = self._apps[app] = (self.queries.labels(app), self.latency.labels(app))
+        children[0].inc()  # type: ignore[attr-defined]
+        children[1].observe(seconds)  # type: ignore[attr-defined]
 
     def query_failed(self, app: str, exc: BaseException) -> None:
         self.queries.labels(app).inc()

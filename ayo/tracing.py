@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -39,31 +39,47 @@ class Span:
         return self.end - self.start
 
 
-@dataclass
 class Trace:
-    """Spans of one or more queries; ``origin`` is the clock value shown as time 0."""
+    """Spans of one or more queries; ``origin`` is the clock value shown as time 0.
 
-    spans: list[Span] = field(default_factory=list)
-    origin: float | None = None
+    The runtime records spans as plain tuples (:meth:`add_row`, one allocation per primitive);
+    :attr:`spans` builds the :class:`Span` objects when first read.
+    """
+
+    def __init__(self, spans: Iterable[Span] = (), origin: float | None = None) -> None:
+        self._spans: list[Span] = list(spans)
+        self._rows: list[tuple] = []
+        self.origin = origin
+
+    @property
+    def spans(self) -> list[Span]:
+        if self._rows:
+            self._spans.extend([Span(*row) for row in self._rows])
+            self._rows.clear()
+        return self._spans
+
+    def __len__(self) -> int:
+        """Spans recorded (without building them)."""
+        return len(self._spans) + len(self._rows)
+
+    def __repr__(self) -> str:
+        return f"Trace(spans={self.spans!r}, origin={self.origin!r})"
 
     def add(self, span: Span) -> None:
         self.spans.append(span)
 
+    def add_row(self, row: tuple) -> None:
+        """A span as the tuple of :class:`Span`'s fields, in order."""
+        self._rows.append(row)
+
     def add_batch(self, record: BatchRecord) -> None:
         """All requests of one finished engine batch."""
+        size, rows = len(record.requests), self._rows
         for r in record.requests:
-            self.add(
-                Span(
-                    query_id=r.query_id,
-                    node_id=r.node_id,
-                    engine=record.engine,
-                    enqueued=r.enqueued_at,
-                    start=record.started,
-                    end=record.ended,
-                    batch_size=len(record.requests),
-                    ok=record.ok,
-                )
-            )
+            rows.append(
+                (r.query_id, r.node_id, record.engine, r.enqueued_at, record.started,
+                 record.ended, size, record.ok)
+            )  # fmt: skip
 
     def for_query(self, query_id: int) -> Trace:
         return Trace([s for s in self.spans if s.query_id == query_id], self.origin)

@@ -1,7 +1,7 @@
 """Batching policies compared on simulated engines, and the runtime's dispatch overhead.
 
     python -m benchmarks.scheduler [--queries 200] [--loads 0.5,0.8,0.95] [--apps ...]
-    python -m benchmarks.scheduler --overhead [--inflight 1000]
+    python -m benchmarks.scheduler --overhead [--inflight 1000] [--rounds 3] [--no-real]
 
 Policies: each app runs ``--queries`` queries arriving as a seeded Poisson process at several
 rates, under ``fcfs``, ``depth`` and ``critical_path`` (same arrivals for all three), on engines
@@ -9,15 +9,20 @@ whose latency follows their profile (``ayo.scheduler.simulation``) on a virtual 
 are exact and the run takes only the CPU time of the bookkeeping. Rates are fractions
 (``--loads``) of the app's capacity, measured first as the throughput of a burst of queries.
 
-Overhead: ``--inflight`` queries of naive_rag at once on engines that answer instantly, on a
-real event loop: wall time per primitive for the bare reference executor (no engine schedulers)
-and for the runtime (engine schedulers, batching proxies, traces, metrics).
+Overhead: ``--inflight`` queries of naive_rag kept in flight (closed loop, ``--rounds`` queries
+per slot) on engines that answer instantly, on a real event loop (asyncio's and uvloop's): wall
+time per primitive executed (counted from the traces) for the bare reference executor (no engine
+schedulers) and for the runtime (engine schedulers, batching proxies, traces, metrics) under
+each policy.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
+import logging
+import os
 import platform
 import random
 import statistics
@@ -30,9 +35,12 @@ from ayo.engine_set import EngineConfig
 from ayo.scheduler import DEFAULT_PROFILES, Doc, EngineProfile, LatencyModel, QueryRun
 from ayo.scheduler.batching import POLICIES, BatchLimits, PendingRequest
 from ayo.scheduler.engine_scheduler import EngineScheduler
+from ayo.scheduler.serving_gc import configure_gc_for_serving, restore_gc
 from ayo.scheduler.simulation import run_virtual, sim_engines
 
 from .common import machine
+
+log = logging.getLogger(__name__)
 
 # A GPU-like LLM (a decode step costs 8 ms plus 0.25 ms per running sequence, prefill tokens
 # 0.05 ms each) beside CPU retrieval engines (embedder 1.5 ms and cross-encoder 1 ms per item,
@@ -167,28 +175,71 @@ class NullRetrieval:
         return [[self.doc]] * len(vectors)
 
 
-async def _overhead_once(inflight: int, runtime: bool) -> tuple[float, int]:
-    """Seconds per primitive for ``inflight`` naive_rag queries at once."""
-    engines = {"llm": NullLLM(), "embedder": NullRetrieval(), "index": NullRetrieval()}
-    app = App()
-    for name, engine in engines.items():
+def _null_app(policy: str) -> App:
+    app = App(policy=policy)
+    for name, engine in (
+        ("llm", NullLLM()),
+        ("embedder", NullRetrieval()),
+        ("index", NullRetrieval()),
+    ):
         app.add_engine(name, engine, kind=name)
+    return app
+
+
+async def _closed_loop(inflight: int, rounds: int, one: Any) -> None:
+    """``inflight`` workers each run ``rounds`` queries one after another, so ``inflight``
+    queries are in flight the whole time (steady state, garbage collections included)."""
+
+    async def worker() -> None:
+        for _ in range(rounds):
+            await one()
+
+    await asyncio.gather(*(worker() for _ in range(inflight)))
+
+
+async def _overhead_once(
+    inflight: int, rounds: int, policy: str | None, gc_mode: str = "default"
+) -> tuple[float, float]:
+    """(wall, CPU) seconds per primitive executed, for naive_rag queries on instant engines:
+    through the runtime (``policy``) or, with ``policy=None``, the bare reference executor.
+    ``gc_mode``: ``default``, ``freeze`` (``gc.freeze()`` after startup) or ``serving``
+    (:func:`configure_gc_for_serving`: freeze and a larger young-generation threshold)."""
+    app = _null_app(policy or "fcfs")
     inputs = {"question": "why do stars shine"}
+    counted = [0]
     async with app:
         plan = app.plan("naive_rag", inputs)
-        primitives = len(plan.nodes) - 2
-        await app.run("naive_rag", inputs)  # warm caches
-        start = time.process_time()  # CPU time: robust to other processes on shared cores
-        if runtime:
-            await asyncio.gather(*(app.run("naive_rag", inputs) for _ in range(inflight)))
-        else:
-            await asyncio.gather(*(QueryRun(plan, inputs, engines).run() for _ in range(inflight)))
-        elapsed = time.process_time() - start
-    return elapsed / (inflight * primitives), primitives
+        raw = {"llm": NullLLM(), "embedder": NullRetrieval(), "index": NullRetrieval()}
+        first = await app.run("naive_rag", inputs)  # warm caches
+        per_query = len(plan.nodes) - 2
+        if len(first.trace.spans) != per_query:
+            raise RuntimeError(f"expected {per_query} primitives, traced {first.trace.spans}")
+
+        async def one() -> None:
+            if policy is None:
+                await QueryRun(plan, inputs, raw).run()
+                counted[0] += per_query
+            else:
+                result = await app.run("naive_rag", inputs)
+                counted[0] += len(result.trace)  # spans recorded, not built
+
+        gc.collect()
+        if gc_mode == "freeze":
+            gc.freeze()
+        elif gc_mode == "serving":
+            configure_gc_for_serving()
+        try:
+            wall, cpu = time.perf_counter(), time.process_time()
+            await _closed_loop(inflight, rounds, one)
+            wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+        finally:
+            restore_gc()
+    return wall / counted[0], cpu / counted[0]
 
 
-async def _floor_once(n: int) -> float:
-    """CPU seconds per task that awaits one resolved future: asyncio's floor per primitive."""
+async def _floor_once(n: int) -> tuple[float, float]:
+    """Seconds per task that awaits one future resolved by a callback: asyncio's floor for a
+    primitive that waits on an engine."""
     loop = asyncio.get_running_loop()
 
     async def one() -> None:
@@ -196,9 +247,9 @@ async def _floor_once(n: int) -> float:
         loop.call_soon(fut.set_result, None)
         await fut
 
-    start = time.process_time()
+    wall, cpu = time.perf_counter(), time.process_time()
     await asyncio.gather(*(one() for _ in range(n)))
-    return (time.process_time() - start) / n
+    return (time.perf_counter() - wall) / n, (time.process_time() - cpu) / n
 
 
 class _EchoRunner:
@@ -206,40 +257,68 @@ class _EchoRunner:
         return payloads
 
 
-async def _engine_scheduler_once(n: int, policy: str) -> float:
-    """CPU seconds per request through one engine scheduler, ``n`` requests in flight."""
+async def _engine_scheduler_once(n: int, policy: str) -> tuple[float, float]:
+    """Seconds per request through one engine scheduler, ``n`` requests in flight."""
     sched = EngineScheduler(_EchoRunner(), "e", policy=policy, max_queue=n + 1)
     sched.start()
-    start = time.process_time()
+    wall, cpu = time.perf_counter(), time.process_time()
     await asyncio.gather(*(sched.submit(PendingRequest(i, "n", i)) for i in range(n)))
-    elapsed = time.process_time() - start
+    wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
     await sched.stop()
-    return elapsed / n
+    return wall / n, cpu / n
 
 
-def overhead_report(inflight: int, repeats: int = 5) -> None:
-    import uvloop
+def overhead_report(inflight: int, rounds: int, repeats: int, real: bool) -> None:
+    """Per-primitive dispatch cost: the median over ``repeats`` runs of wall time / primitives
+    executed, on asyncio's loop and on uvloop (when installed); CPU time beside it."""
+    runners: list[tuple[str, Any]] = [("asyncio", asyncio.run)]
+    try:
+        import uvloop
 
+        runners.append(("uvloop", uvloop.run))
+    except ImportError:
+        log.warning("uvloop is not installed: asyncio only")
+    load = os.getloadavg()[0]
     print(f"machine: {machine()}, Python {platform.python_version()}")
-    print(f"CPU microseconds per primitive, {inflight} in flight, engines answering at once")
+    print(
+        f"microseconds per primitive: wall time / primitives executed (median of {repeats}; "
+        f"CPU time in brackets); {inflight} queries in flight, {rounds} rounds; engines "
+        f"answer at once; load average {load:.2f}{' (loaded)' if load > 1 else ''}"
+    )
     rows: list[tuple[str, Any]] = [
         ("asyncio floor: a task awaiting a future", lambda: _floor_once(inflight)),
         *(
             (f"engine scheduler alone, {p}", lambda p=p: _engine_scheduler_once(inflight, p))
             for p in POLICIES
         ),
-        ("reference executor (naive_rag)", lambda: _overhead_once(inflight, False)),
-        ("runtime: App, critical_path (naive_rag)", lambda: _overhead_once(inflight, True)),
+        ("reference executor (naive_rag)", lambda: _overhead_once(inflight, rounds, None)),
+        *(
+            (f"runtime: App, {p} (naive_rag)", lambda p=p: _overhead_once(inflight, rounds, p))
+            for p in POLICIES
+        ),
+        (
+            "runtime, critical_path, gc.freeze()",
+            lambda: _overhead_once(inflight, rounds, "critical_path", "freeze"),
+        ),
+        (
+            "runtime, critical_path, serving gc",
+            lambda: _overhead_once(inflight, rounds, "critical_path", "serving"),
+        ),
     ]
-    print(f"{'what':<42} {'asyncio':>9} {'uvloop':>9}")
+    print(f"{'what':<42} " + " ".join(f"{name:>16}" for name, _ in runners))
     for label, make in rows:
         cells = []
-        for runner in (asyncio.run, uvloop.run):
-            best = min(_seconds(runner(make())) for _ in range(repeats))
-            cells.append(f"{best * 1e6:>9.1f}")
-        print(f"{label:<42} {' '.join(cells)}")
-    print(f"(best of {repeats}; naive_rag has 7 primitives; CPU time of this process)")
-    real_engine_share()
+        for _, runner in runners:
+            runs = [runner(make()) for _ in range(repeats)]
+            wall = statistics.median(r[0] for r in runs) * 1e6
+            cpu = statistics.median(r[1] for r in runs) * 1e6
+            cells.append(f"{wall:>7.1f} [{cpu:>6.1f}]")
+        print(f"{label:<42} " + " ".join(f"{c:>16}" for c in cells))
+    print("(naive_rag: 7 primitives a query, 5 on engines. gc.freeze(): the startup heap moved")
+    print(" out of the cyclic GC's reach; serving gc: that and a young-generation threshold of")
+    print(" 50000, ayo.scheduler.serving_gc.configure_gc_for_serving(), for a server to call)")
+    if real:
+        real_engine_share()
 
 
 DOCS = [
@@ -286,13 +365,18 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--overhead", action="store_true", help="measure dispatch overhead")
     parser.add_argument("--inflight", type=int, default=1000)
+    parser.add_argument("--rounds", type=int, default=3, help="--overhead: queries per worker")
+    parser.add_argument("--repeats", type=int, default=5, help="--overhead: runs per cell")
+    parser.add_argument(
+        "--no-real", action="store_true", help="--overhead: skip the real-engine share"
+    )
     parser.add_argument("--queries", type=int, default=200)
     parser.add_argument("--loads", default="0.7,1.0,1.3")
     parser.add_argument("--apps", default=",".join(APPS))
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     if args.overhead:
-        overhead_report(args.inflight)
+        overhead_report(args.inflight, args.rounds, args.repeats, not args.no_real)
         return
     start = time.perf_counter()
     loads = [float(x) for x in args.loads.split(",")]

@@ -12,7 +12,10 @@ import asyncio
 import time
 from collections.abc import Callable
 
-from .batching import PendingRequest, make_order
+from .batching import BatchLimits, PendingRequest
+from .pending_queue import make_queue
+
+_ONE = BatchLimits(max_items=1)
 
 
 class Admission:
@@ -37,11 +40,11 @@ class Admission:
             raise ValueError(f"admission {name!r}: limit must be >= 1, got {limit}")
         self.name = name
         self.limit = limit
-        self._order = make_order(policy, **policy_options)
+        self._queue = make_queue(policy, **policy_options)
         self._clock = clock
         self._held = 0
         self._seq = 0
-        self._waiting: dict[int, tuple[PendingRequest, asyncio.Future[None]]] = {}
+        self._waiting: dict[int, asyncio.Future[None]] = {}
 
     @property
     def waiting(self) -> int:
@@ -59,20 +62,22 @@ class Admission:
             self._held += 1
             return
         fut = asyncio.get_running_loop().create_future()
-        self._waiting[id(request)] = (request, fut)
+        self._waiting[id(request)] = fut
+        self._queue.push(request)
         try:
             await fut
         except asyncio.CancelledError:
-            if self._waiting.pop(id(request), None) is None and fut.done():
+            if self._waiting.pop(id(request), None) is not None:
+                self._queue.remove(request)  # still waiting: withdraw
+            elif not fut.cancelled():
                 self.release()  # granted just before the cancel arrived: give the slot back
             raise
 
     def release(self) -> None:
         self._held -= 1
         while self._waiting and self._held < self.limit:
-            pending = [r for r, _ in self._waiting.values()]
-            chosen = self._order(pending, self._clock())[0]
-            _, fut = self._waiting.pop(id(chosen))
+            chosen = self._queue.take(_ONE, self._clock())[0]
+            fut = self._waiting.pop(id(chosen))
             if not fut.done():
                 self._held += 1
                 fut.set_result(None)

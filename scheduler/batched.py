@@ -10,46 +10,46 @@ a time, so only the faulty request fails.
 
 from __future__ import annotations
 
-import asyncio
 import logging
-from collections.abc import Hashable, Sequence
+from collections.abc import Awaitable, Hashable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from .batching import PendingRequest
+from .eager import gather_eager
 from .request_info import make_request
 
 log = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class SearchCall:
     collection: str
     vectors: list[Any]
     k: int
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class IngestCall:
     collection: str
     docs: list[Any]
     vectors: list[Any]
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class KeywordCall:
     queries: list[str]
     k: int
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class RerankCall:
     query: str
     passages: list[Any]
     top_k: int
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class PrefillCall:
     seq: Any
     tokens: list[int]
@@ -209,17 +209,20 @@ class PrefillRunner(MergingRunner):
         return 1, len(payload.tokens)
 
     async def call(self, payloads: list[PrefillCall]) -> list[Any]:
-        return list(
-            await asyncio.gather(
-                *(self.engine.prefill(p.seq, p.tokens) for p in payloads), return_exceptions=True
-            )
-        )
+        return await gather_eager([self.engine.prefill(p.seq, p.tokens) for p in payloads])
 
 
 class Submitter(Protocol):
-    """Anything with ``submit(PendingRequest)``: an EngineScheduler or an EnginePool."""
+    """An EngineScheduler or an EnginePool: ``submit`` waits for a request's result;
+    ``enqueue`` returns an awaitable of it (a future, no coroutine frame)."""
 
     async def submit(self, request: PendingRequest, *, wait: bool = True) -> Any: ...
+
+    def enqueue(self, request: PendingRequest) -> Awaitable[Any]: ...
+
+
+# The proxies' methods are plain functions returning the request's future: awaiting them is
+# what awaiting the engine's async methods is, minus two coroutine frames per call.
 
 
 class BatchedEmbedder:
@@ -228,9 +231,9 @@ class BatchedEmbedder:
     def __init__(self, scheduler: Submitter) -> None:
         self.scheduler = scheduler
 
-    async def embed(self, texts: list[str]) -> list[Any]:
+    def embed(self, texts: list[str]) -> Awaitable[list[Any]]:
         texts = list(texts)
-        return await self.scheduler.submit(make_request(texts, len(texts)))
+        return self.scheduler.enqueue(make_request(texts, len(texts)))
 
 
 class BatchedIndex:
@@ -241,13 +244,13 @@ class BatchedIndex:
         self.scheduler = scheduler
         self.engine = engine
 
-    async def search(self, collection: str, vectors: list[Any], k: int) -> list[list[Any]]:
+    def search(self, collection: str, vectors: list[Any], k: int) -> Awaitable[list[list[Any]]]:
         call = SearchCall(collection, list(vectors), k)
-        return await self.scheduler.submit(make_request(call, len(call.vectors)))
+        return self.scheduler.enqueue(make_request(call, len(call.vectors)))
 
-    async def ingest(self, collection: str, docs: list[Any], vectors: list[Any]) -> None:
+    def ingest(self, collection: str, docs: list[Any], vectors: list[Any]) -> Awaitable[None]:
         call = IngestCall(collection, list(docs), list(vectors))
-        await self.scheduler.submit(make_request(call, len(call.vectors)))
+        return self.scheduler.enqueue(make_request(call, len(call.vectors)))
 
     async def drop(self, collection: str) -> None:
         await self.engine.drop(collection)
@@ -259,9 +262,9 @@ class BatchedKeywordIndex:
     def __init__(self, scheduler: Submitter) -> None:
         self.scheduler = scheduler
 
-    async def search(self, queries: list[str], k: int) -> list[list[Any]]:
+    def search(self, queries: list[str], k: int) -> Awaitable[list[list[Any]]]:
         call = KeywordCall(list(queries), k)
-        return await self.scheduler.submit(make_request(call, len(call.queries)))
+        return self.scheduler.enqueue(make_request(call, len(call.queries)))
 
 
 class BatchedReranker:
@@ -270,6 +273,6 @@ class BatchedReranker:
     def __init__(self, scheduler: Submitter) -> None:
         self.scheduler = scheduler
 
-    async def rerank(self, query: str, passages: list[Any], top_k: int) -> list[Any]:
+    def rerank(self, query: str, passages: list[Any], top_k: int) -> Awaitable[list[Any]]:
         call = RerankCall(query, list(passages), top_k)
-        return await self.scheduler.submit(make_request(call, len(call.passages)))
+        return self.scheduler.enqueue(make_request(call, len(call.passages)))

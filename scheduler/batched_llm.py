@@ -11,7 +11,7 @@ piece by piece, to the query (for streamed answers).
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -102,13 +102,13 @@ class BatchedLLM:
         await self.instances[i].close(raw)
         self._open[i] = max(0, self._open[i] - 1)
 
-    async def prefill(self, seq: Any, tokens: list[int]) -> None:
+    def prefill(self, seq: Any, tokens: list[int]) -> Awaitable[None]:
+        """Awaitable (the queued request's future, as in ``ayo.scheduler.batched``)."""
         i, raw = self._route(seq)
         if self.schedulers is None:
-            await self.instances[i].prefill(raw, tokens)
-            return
+            return self.instances[i].prefill(raw, tokens)
         request = make_request(PrefillCall(raw, list(tokens)), 1, len(tokens))
-        await self.schedulers[i].submit(request)
+        return self.schedulers[i].enqueue(request)
 
     async def decode(self, seq: Any, params: DecodeParams) -> AsyncIterator[Any]:
         i, raw = self._route(seq)

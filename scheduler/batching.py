@@ -17,13 +17,13 @@ A policy orders; :func:`form_batch` fills. Policies:
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 POLICIES = ("fcfs", "depth", "critical_path")
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class PendingRequest:
     """One primitive of one query waiting in an engine scheduler's queue.
 
@@ -40,6 +40,8 @@ class PendingRequest:
         deadline: absolute time (the scheduler's clock) by which the query must end, or None.
         enqueued_at: when it entered the queue (the scheduler's clock).
         seq: arrival order in this queue, the final tie-break.
+        op: the primitive's op name (metrics).
+        extra: free for the caller (trace ids, ...).
     """
 
     query_id: int
@@ -53,7 +55,8 @@ class PendingRequest:
     deadline: float | None = None
     enqueued_at: float = 0.0
     seq: int = 0
-    extra: dict[str, Any] = field(default_factory=dict)  # free for the caller (trace ids, ...)
+    op: str = ""
+    extra: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
         if self.items < 1 or self.tokens < 0:

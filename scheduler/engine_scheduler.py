@@ -13,11 +13,12 @@ import contextlib
 import itertools
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from .batching import BatchLimits, PendingRequest, form_batch, make_order
+from .batching import BatchLimits, PendingRequest
+from .pending_queue import make_queue
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +49,26 @@ class BatchRecord:
     started: float
     ended: float
     ok: bool
+
+
+class _RequestFuture(asyncio.Future):
+    """A queued request's future; cancelling it (its waiter was cancelled, or a timeout fired)
+    withdraws the request from the queue if it has not started."""
+
+    __slots__ = ("_request", "_scheduler")
+
+    def __init__(
+        self, loop: asyncio.AbstractEventLoop, scheduler: EngineScheduler, request: PendingRequest
+    ) -> None:
+        super().__init__(loop=loop)
+        self._scheduler = scheduler
+        self._request = request
+
+    def cancel(self, msg: Any = None) -> bool:
+        if not super().cancel(msg=msg):
+            return False
+        self._scheduler._withdraw(self._request)
+        return True
 
 
 class EngineScheduler:
@@ -86,12 +107,12 @@ class EngineScheduler:
         self.limits = limits or BatchLimits()
         self.max_queue = max_queue
         self.max_inflight = max_inflight
-        self._order = make_order(policy, **policy_options)
+        self._pending = make_queue(policy, **policy_options)
         self._on_batch = on_batch
         self._clock = clock
-        self._pending: list[PendingRequest] = []
         self._futures: dict[int, asyncio.Future] = {}
         self._seq = itertools.count()
+        self._loop: asyncio.AbstractEventLoop | None = None
         self._wake = asyncio.Event()
         self._space = asyncio.Event()
         self._space.set()
@@ -104,7 +125,8 @@ class EngineScheduler:
     # -- public ---------------------------------------------------------------------------
     def start(self) -> None:
         if self._task is None:
-            self._task = asyncio.get_running_loop().create_task(self._dispatch_loop())
+            self._loop = asyncio.get_running_loop()
+            self._task = self._loop.create_task(self._dispatch_loop())
 
     async def stop(self) -> None:
         """Stop dispatching; pending requests fail with EngineStopped, running batches finish."""
@@ -141,20 +163,29 @@ class EngineScheduler:
                 raise QueueFull(f"engine {self.name!r} queue is full ({self.max_queue})")
             self._space.clear()
             await self._space.wait()
+        return await self._queue(request)
+
+    def enqueue(self, request: PendingRequest) -> Awaitable[Any]:
+        """:meth:`submit` as an awaitable without a coroutine of its own: with room in the
+        queue, the request's future (cancelling it withdraws the request); else ``submit``."""
+        if len(self._pending) >= self.max_queue:
+            return self.submit(request)
+        return self._queue(request)
+
+    def _queue(self, request: PendingRequest) -> asyncio.Future:
         request.seq = next(self._seq)
         request.enqueued_at = self._clock()
-        fut = asyncio.get_running_loop().create_future()
+        fut = _RequestFuture(self._loop or asyncio.get_running_loop(), self, request)
         self._futures[id(request)] = fut
-        self._pending.append(request)
+        self._pending.push(request)
         self._wake.set()
-        try:
-            return await fut
-        except asyncio.CancelledError:
-            if request in self._pending:  # withdrawn before it ran
-                self._pending.remove(request)
-                self._futures.pop(id(request), None)
-                self._space.set()
-            raise
+        return fut
+
+    def _withdraw(self, request: PendingRequest) -> None:
+        """The caller gave up (cancelled): drop the request unless it is already running."""
+        if self._pending.remove(request):
+            self._futures.pop(id(request), None)
+            self._space.set()
 
     def stats(self) -> dict[str, float]:
         return {
@@ -174,9 +205,7 @@ class EngineScheduler:
             await self._fill_wait()
             if not self._pending:
                 continue
-            batch = form_batch(self._order(self._pending, self._clock()), self.limits)
-            for r in batch:
-                self._pending.remove(r)
+            batch = self._pending.take(self.limits, self._clock())
             self._space.set()
             self._inflight += 1
             task = asyncio.get_running_loop().create_task(self._run(batch))
@@ -188,8 +217,8 @@ class EngineScheduler:
         long to fill up; wakes early when it fills."""
         if self.limits.max_wait_ms <= 0:
             return
-        deadline = min(r.enqueued_at for r in self._pending) + self.limits.max_wait_ms / 1e3
-        while sum(r.items for r in self._pending) < self.limits.max_items:
+        deadline = self._pending.oldest_enqueued() + self.limits.max_wait_ms / 1e3
+        while self._pending.items < self.limits.max_items:
             remaining = deadline - self._clock()
             if remaining <= 0:
                 return
@@ -251,6 +280,9 @@ class EnginePool:
 
     async def submit(self, request: PendingRequest, *, wait: bool = True) -> Any:
         return await self.pick().submit(request, wait=wait)
+
+    def enqueue(self, request: PendingRequest) -> Awaitable[Any]:
+        return self.pick().enqueue(request)
 
     def start(self) -> None:
         for s in self.schedulers:

@@ -1,9 +1,9 @@
 """What the graph scheduler tells an engine proxy about the primitive now calling it.
 
-The executor runs each primitive in its own asyncio task and sets :data:`CURRENT` there, so a
-batching proxy called from a handler can turn the call into a :class:`PendingRequest` carrying the
-policy inputs (query, node, depth, remaining critical path, deadline) without the handlers
-knowing about schedulers.
+The graph scheduler runs primitives in asyncio tasks and sets :data:`CURRENT` in each task to
+the primitive it is running, so a batching proxy called from a handler can turn the call into a
+:class:`PendingRequest` carrying the policy inputs (query, node, depth, remaining critical path,
+deadline) without the handlers knowing about schedulers.
 """
 
 from __future__ import annotations
@@ -29,9 +29,11 @@ class QueryState(Protocol):
         ...
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class RequestInfo:
-    """The primitive on whose behalf an engine is being called.
+    """The primitive on whose behalf an engine is being called. The graph scheduler makes one
+    per task and updates it as the task runs one primitive after another (a primitive's engine
+    calls, and tasks it spawns and awaits, all happen while it runs); others only read it.
 
     Attributes:
         query_id: the query's number (traces, per-query batching buckets).
@@ -60,15 +62,8 @@ def make_request(payload: Any, items: int = 1, tokens: int = 0) -> PendingReques
     items = max(1, items)
     if info is None:
         return PendingRequest(0, "", payload, items, tokens)
+    query = info.query
     return PendingRequest(
-        info.query_id,
-        info.node_id,
-        payload,
-        items,
-        tokens,
-        depth=info.depth,
-        remaining_ms=info.remaining_ms,
-        query_remaining_ms=info.query.remaining_ms(),
-        deadline=info.query.deadline,
-        extra={"op": info.op},
-    )
+        info.query_id, info.node_id, payload, items, tokens, info.depth, info.remaining_ms,
+        query.remaining_ms(), query.deadline, 0.0, 0, info.op,
+    )  # fmt: skip

@@ -11,23 +11,33 @@ released however the query ends) and adds:
   LLM sequences and temporary collections are released; cancelling the caller does the same;
 - streamed answers: pieces decoded by chosen nodes go to a callback as they are written;
 - a callback per finished control primitive (Map, Condition, Aggregate) for traces.
+
+And it is cheaper per primitive (the runtime's dispatch overhead): the first primitive a task's
+outputs make ready runs next in that same task (a chain of primitives costs one task, not one
+each), control primitives that cannot suspend run inline without a task, and what each node
+needs (handler, ports, policy inputs, out edges) is computed once per plan (:class:`PlanCosts`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from .errors import ExecutionError
 from .executor import QueryRun
-from .graph import INPUT_ID, OUTPUT_ID, EdgeKind, Node, Plan
+from .graph import INPUT_ID, OUTPUT_ID, Edge, EdgeKind, Node, Plan
+from .handlers import HANDLERS, Handler
 from .ops import Op
 from .ports import PortType
 from .profile import EngineProfile, profile_for
 from .request_info import CURRENT, RequestInfo
+from .values import SKIPPED
+
+log = logging.getLogger(__name__)
 
 _DECODES = (Op.DECODE, Op.PARTIAL_DECODE)
 _PREFILLS = (Op.PREFILL, Op.PARTIAL_PREFILL, Op.FULL_PREFILL)
@@ -63,15 +73,35 @@ def node_cost_ms(node: Node, profile: EngineProfile) -> float:
 
 
 @dataclass(frozen=True)
+class NodeFacts:
+    """What running one node needs, computed once per plan: its policy inputs, and for a
+    *plain* node (its handler's outputs emitted at once: no stream in, no micro-batches, not a
+    PartialDecode or coalescing Aggregate) the handler and the data ports it reads."""
+
+    depth: int
+    remaining_ms: float
+    op: str
+    engine: bool
+    handler: Handler | None
+    ports: tuple[str, ...]
+
+
+Route = tuple[Edge, bool, Node | None]  # an out edge, whether it streams, its node (None: output)
+
+
+@dataclass(frozen=True)
 class PlanCosts:
     """Per-node facts the batching policies read: ``depth`` (longest path to the output, in
     edges), ``cost_ms`` and ``remaining_ms`` (cost of the costliest path from the node to the
-    output, the node included)."""
+    output, the node included); and what :class:`GraphRun` needs per node (``inline``,
+    ``facts``, ``routes``). Build it with :meth:`of`, once per plan."""
 
     depth: Mapping[str, int]
     cost_ms: Mapping[str, float]
     remaining_ms: Mapping[str, float]
     inline: frozenset[str] = frozenset()
+    facts: Mapping[str, NodeFacts] = field(default_factory=dict)
+    routes: Mapping[str, tuple[Route, ...]] = field(default_factory=dict)
 
     @classmethod
     def of(cls, plan: Plan, profiles: Mapping[str, EngineProfile]) -> PlanCosts:
@@ -83,7 +113,37 @@ class PlanCosts:
         for nid in reversed(plan.topo_order):
             after = [remaining[e.dst] for e in plan.out_edges(nid) if e.dst in remaining]
             remaining[nid] = cost[nid] + max(after, default=0.0)
-        return cls(plan.depth, cost, remaining, _inline_nodes(plan))
+        facts = {
+            n.id: NodeFacts(
+                plan.depth[n.id],
+                remaining[n.id],
+                n.op.value,
+                bool(n.op.info.engine_kind),
+                HANDLERS.get(n.op) if _plain(plan, n) else None,
+                tuple(p.name for p in n.inputs if not p.control),
+            )
+            for n in plan.nodes
+            if n.id not in (INPUT_ID, OUTPUT_ID)
+        }
+        routes = {
+            n.id: tuple(
+                (e, e.kind == EdgeKind.STREAM, None if e.dst == OUTPUT_ID else plan.node(e.dst))
+                for e in plan.out_edges(n.id)
+            )
+            for n in plan.nodes
+        }
+        return cls(plan.depth, cost, remaining, _inline_nodes(plan), facts, routes)
+
+
+def _plain(plan: Plan, node: Node) -> bool:
+    """Whether the executor runs ``node`` as one handler call whose outputs are emitted (the
+    last branch of ``QueryRun._execute``), unless an input was skipped."""
+    return not (
+        any(e.kind == EdgeKind.STREAM for e in plan.in_edges(node.id))
+        or node.op == Op.PARTIAL_DECODE
+        or (node.op == Op.AGGREGATE and node.config["mode"] == "coalesce")
+        or "micro_batch" in node.config
+    )
 
 
 _INLINE_OPS = (Op.MAP, Op.CONDITION, Op.AGGREGATE)
@@ -139,11 +199,17 @@ class GraphRun(QueryRun):
         self._on_control = on_control
         self._clock = clock
         self._active: dict[str, float] = {}
+        self._remaining: float | None = 0.0  # max of _active, None when it must be recomputed
         self._started = clock()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._continuing = False  # inside a task's emit: the first node made ready runs there
+        self._next: Node | None = None
 
     # -- QueryState ----------------------------------------------------------------------------
     def remaining_ms(self) -> float:
-        return max(self._active.values(), default=0.0)
+        if self._remaining is None:  # a primitive left: recompute (rare; usually 1-2 running)
+            self._remaining = max(self._active.values(), default=0.0)
+        return self._remaining
 
     def decoded(self, node_id: str, piece: Any) -> None:
         if self._on_piece is not None and node_id in self._stream_nodes:
@@ -153,9 +219,9 @@ class GraphRun(QueryRun):
     async def run(self) -> dict[str, Any]:
         """Execute; raises ``ExecutionError`` naming the failed primitive, or
         :class:`DeadlineExceeded`."""
+        self._loop = loop = asyncio.get_running_loop()
         if self.deadline is None:
             return await super().run()
-        loop = asyncio.get_running_loop()
         timer = loop.call_later(max(0.0, self.deadline - self._clock()), self._expire)
         try:
             return await super().run()
@@ -169,9 +235,30 @@ class GraphRun(QueryRun):
                 DeadlineExceeded(self.ctx.query_id, budget_ms, sorted(self._active))
             )
 
+    def _emit(self, node: Node, outputs: Mapping[str, Any]) -> None:
+        # QueryRun._emit with QueryRun._deliver folded in, over the plan's precomputed routes.
+        inbox, pending = self._inbox, self._pending
+        for edge, stream, dst in self.costs.routes[node.id]:
+            value = outputs[edge.src_port]
+            if stream:
+                self._queues[edge].put_nowait(value)
+                continue
+            inbox[edge.dst][edge.dst_port] = value
+            left = pending[edge.dst] = pending[edge.dst] - 1
+            if left == 0:
+                if dst is None:
+                    self._outputs_ready = True
+                    self._finish()
+                else:
+                    self._start(dst)
+
     def _start(self, node: Node) -> None:
         if node.id not in self.costs.inline:
-            super()._start(node)
+            if self._continuing and self._next is None:
+                self._next = node  # the task that made it ready runs it next (no new task)
+                return
+            # A task per primitive; it leaves ``_tasks`` itself (no done callback to schedule).
+            self._tasks.add(self._loop.create_task(self._run_node(node)))  # type: ignore[union-attr]
             return
         start = self._clock() if self._on_control is not None else 0.0
         step = QueryRun._run_node(self, node)  # no engine call: no RequestInfo, no task
@@ -185,22 +272,62 @@ class GraphRun(QueryRun):
         if self._on_control is not None:
             self._on_control(node, start, self._clock(), not self._failed(node))
 
-    async def _run_node(self, node: Node) -> None:
-        remaining = self.costs.remaining_ms[node.id]
-        CURRENT.set(
-            RequestInfo(
-                self.number, node.id, node.op.value, self.costs.depth[node.id], remaining, self
-            )
-        )
-        self._active[node.id] = remaining
-        control = self._on_control is not None and not node.op.info.engine_kind
-        start = self._clock() if control else 0.0
+    async def _run_node(self, node: Node | None) -> None:
+        """QueryRun._run_node, with QueryRun._execute's last branch inlined for plain nodes;
+        then the first primitive that node's outputs made ready, in the same task."""
+        info: RequestInfo | None = None
         try:
-            await super()._run_node(node)
+            while node is not None:
+                facts = self.costs.facts[node.id]
+                if info is None:  # one per task; the nodes it runs one after another reuse it
+                    info = RequestInfo(
+                        self.number, node.id, facts.op, facts.depth, facts.remaining_ms, self
+                    )
+                    CURRENT.set(info)
+                else:
+                    info.node_id, info.op = node.id, facts.op
+                    info.depth, info.remaining_ms = facts.depth, facts.remaining_ms
+                self._active[node.id] = facts.remaining_ms
+                if self._remaining is not None and facts.remaining_ms > self._remaining:
+                    self._remaining = facts.remaining_ms
+                control = self._on_control is not None and not facts.engine
+                start = self._clock() if control else 0.0
+                done, following = node, None
+                try:
+                    handler = facts.handler
+                    if handler is not None:
+                        inbox = self._inbox[node.id]
+                        data = {name: inbox[name] for name in facts.ports if name in inbox}
+                        for value in data.values():
+                            if value is SKIPPED:
+                                handler = None
+                                break
+                    if handler is not None:
+                        outputs = await handler(node, data, self.ctx)
+                        self._continuing, self._next = True, None
+                        try:
+                            self._emit(node, outputs)
+                        finally:
+                            self._continuing, following = False, self._next
+                            self._next = None
+                    else:
+                        await self._execute(node)
+                    self._running -= 1
+                    self._finish()
+                except asyncio.CancelledError:
+                    raise
+                except Exception as exc:
+                    log.debug("query %s: node %s failed", self.ctx.query_id, node.id, exc_info=True)
+                    if self._result is not None and not self._result.done():
+                        self._result.set_exception(ExecutionError(node.id, node.op.value, exc))
+                finally:
+                    if self._active.pop(done.id, None) == self._remaining:
+                        self._remaining = None
+                    if control:
+                        self._on_control(done, start, self._clock(), not self._failed(done))
+                node = following
         finally:
-            self._active.pop(node.id, None)
-            if control:
-                self._on_control(node, start, self._clock(), not self._failed(node))
+            self._tasks.discard(asyncio.current_task())
 
     def _failed(self, node: Node) -> bool:
         res = self._result

@@ -54,3 +54,37 @@ async def test_trace_records_every_primitive_with_its_batch(tmp_path):
     png = tmp_path / "gantt.png"
     trace.for_query(0).write_gantt(png, title="query 0")
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_rows_become_spans_in_order_when_read():
+    from ayo.tracing import Span
+
+    trace = Trace(origin=1.0)
+    trace.add_row((1, "embed", "embedder", 1.0, 1.5, 2.0, 4, True))
+    trace.add(Span(1, "format", "control", 2.0, 2.0, 2.1))
+    trace.add_row((2, "search", "index", 1.2, 2.0, 2.5, 1, False))
+    assert [s.node_id for s in trace.spans] == ["embed", "format", "search"]
+    assert trace.spans[2] == Span(2, "search", "index", 1.2, 2.0, 2.5, 1, False)
+    assert trace.to_json()[0]["batch_size"] == 4 and trace.for_query(2).spans[0].ok is False
+
+
+def test_loop_histogram_exposes_what_a_prometheus_histogram_does():
+    import re
+
+    from prometheus_client import CollectorRegistry, Histogram, generate_latest
+
+    from ayo.metrics import LoopHistogram
+
+    buckets = (0.001, 0.01, 1, 2.5)
+    ref_registry, registry = CollectorRegistry(), CollectorRegistry()
+    ref = Histogram("x_seconds", "doc", ["engine", "op"], buckets=buckets, registry=ref_registry)
+    ours = LoopHistogram("x_seconds", "doc", ["engine", "op"], buckets)
+    registry.register(ours)
+    for value, labels in [(0.5, ("a", "b")), (0.001, ("a", "b")), (3, ("a", "c")), (0, ("z", "b"))]:
+        ref.labels(*labels).observe(value)
+        ours.observe(labels, value)
+
+    def text(r):  # creation times differ
+        return re.sub(r"(_created\{[^}]*\}) \S+", r"\1", generate_latest(r).decode())
+
+    assert text(registry) == text(ref_registry)
