@@ -37,11 +37,18 @@ class _EngineTokenizer:
 
 
 class LLMAdapter:
-    """An ``LLMEngine`` as the plans' ``LLM``; ``start``/``stop`` run its worker thread."""
+    """An ``LLMEngine`` as the plans' ``LLM``; ``start``/``stop`` run its worker thread.
 
-    def __init__(self, engine: Any) -> None:
+    ``max_new_tokens`` caps every decode (None: each plan's own ``max_tokens``), e.g. to keep
+    a CPU benchmark tractable; the cap applies to optimized and unoptimized plans alike.
+    """
+
+    def __init__(self, engine: Any, max_new_tokens: int | None = None) -> None:
+        if max_new_tokens is not None and max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens must be >= 1 or None, got {max_new_tokens}")
         self.engine = engine
         self.tokenizer = _EngineTokenizer(engine)
+        self.max_new_tokens = max_new_tokens
 
     async def start(self) -> None:
         await self.engine.start()
@@ -62,7 +69,10 @@ class LLMAdapter:
     async def decode(self, seq: Any, params: DecodeParams) -> AsyncIterator[str]:
         from ayo.engines.llm import SamplingParams
 
-        sampling = SamplingParams(max_tokens=params.max_tokens, stop=params.stop)
+        limit = params.max_tokens
+        if self.max_new_tokens is not None:
+            limit = min(limit, self.max_new_tokens)
+        sampling = SamplingParams(max_tokens=limit, stop=params.stop)
         async for piece in self.engine.decode(seq, sampling):
             if piece.text:
                 yield piece.text
@@ -163,23 +173,32 @@ def default_engines(
     data_dir: str | Path | None = None,
     collection: str = "default",
     llm: str = "smollm2-135m-instruct",
+    *,
+    embedder_threads: int | None = None,
+    max_new_tokens: int | None = None,
     **llm_config: Any,
 ) -> dict[str, object]:
     """The embedded engines under the names the built-in apps use (``llm`` and ``judge`` share
-    one LLM engine). ``data_dir``: the RetrievalStore folder (default ``$AYO_DATA_DIR`` or
-    ``~/.local/share/ayo``, as ``python -m ayo.ingest``); ``collection``: the stored collection
+    one LLM engine). ``data_dir``: the RetrievalStore folder (default ``$AYO_DATA_DIR``, else
+    ``$XDG_CACHE_HOME/ayo`` or ``~/.cache/ayo``, as ``python -m ayo.ingest``); ``collection``: the stored collection
     the apps search when a query brings no documents (``default``).
+
+    Compute budgets (a CPU shares its cores between the engines): ``embedder_threads`` are the
+    torch threads of the embedder's worker (the default reranker embeds through it too);
+    ``llm_config`` takes the LLM's :class:`~ayo.engines.llm.EngineConfig` fields, e.g.
+    ``num_threads`` and ``dtype``. ``max_new_tokens`` caps every decode (see
+    :class:`LLMAdapter`).
 
     Raises:
         RuntimeError: naming the engine or package that is missing.
     """
     try:
-        from ayo.engines import Embedder, Reranker, RetrievalStore
+        from ayo.engines import BatchConfig, Embedder, Reranker, RetrievalStore
         from ayo.engines.llm import LLMEngine
     except ImportError as exc:
         raise RuntimeError(f"App.default() needs the embedded engines: {exc}") from exc
     try:
-        embedder = Embedder.from_model()
+        embedder = Embedder.from_model(batch=BatchConfig(num_threads=embedder_threads))
         engine = LLMEngine.from_model(llm, **llm_config)
     except Exception as exc:  # a missing model package: say which
         raise RuntimeError(f"App.default() could not load a model: {exc}") from exc
@@ -188,7 +207,7 @@ def default_engines(
 
         data_dir = default_data_dir()
     store = RetrievalStore(data_dir, embedder)
-    llm_adapter = LLMAdapter(engine)
+    llm_adapter = LLMAdapter(engine, max_new_tokens)
     return {
         "llm": llm_adapter,
         "judge": llm_adapter,

@@ -35,6 +35,21 @@ Req = TypeVar("Req")
 Res = TypeVar("Res")
 
 
+def set_worker_threads(num_threads: int) -> None:
+    """Give the calling thread ``num_threads`` torch intra-op (OpenMP) threads.
+
+    The count is per OS thread, but a thread takes the process-wide value last set by *any*
+    thread at its first parallel op (torch's lazy per-thread init), which would silently undo a
+    count set before that op. So run the lazy init first (``get_num_threads``), then set.
+    ``set_num_threads`` also changes that process-wide value, which threads initialized later
+    inherit.
+    """
+    import torch
+
+    torch.get_num_threads()
+    torch.set_num_threads(num_threads)
+
+
 @dataclass(frozen=True)
 class BatchConfig:
     """Batching limits of the built-in worker.
@@ -207,6 +222,8 @@ class BatchingEngine(Generic[Req, Res]):
             return taken
 
     def _worker(self) -> None:
+        if self.batch_config.num_threads is not None:
+            set_worker_threads(self.batch_config.num_threads)
         self.on_worker_start()
         while (taken := self._take()) is not None:
             live = [p for p in taken if not p.future.cancelled()]

@@ -132,9 +132,9 @@ class LLMEngine:
 
     def _work(self) -> None:
         if self.config.num_threads:
-            import torch
+            from ..base import set_worker_threads
 
-            torch.set_num_threads(self.config.num_threads)
+            set_worker_threads(self.config.num_threads)
         core = self._core
         try:
             while True:
