@@ -32,8 +32,12 @@ SUFFIXES = (".txt", ".md", ".jsonl")
 
 
 def default_data_dir() -> Path:
-    """``$AYO_DATA_DIR``, else ``~/.local/share/ayo``."""
-    return Path(os.environ.get("AYO_DATA_DIR", Path.home() / ".local" / "share" / "ayo"))
+    """``$AYO_DATA_DIR``, else ``$XDG_CACHE_HOME/ayo`` (``~/.cache/ayo``): the server's default
+    too, so ``python -m ayo.ingest`` and ``python -m ayo.server`` share one data directory."""
+    if os.environ.get("AYO_DATA_DIR"):
+        return Path(os.environ["AYO_DATA_DIR"]).expanduser()
+    cache = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(cache).expanduser() / "ayo"
 
 
 def _text_document(path: Path, root: Path) -> Document | None:
@@ -133,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("path", help="'wiki' or a file/folder of .txt/.md/.jsonl files")
     parser.add_argument("--collection", required=True, help="collection name ([A-Za-z0-9_.-])")
     parser.add_argument("--data-dir", type=Path, default=None, help="default: $AYO_DATA_DIR "
-                        "or ~/.local/share/ayo")  # fmt: skip
+                        "or $XDG_CACHE_HOME/ayo (~/.cache/ayo)")  # fmt: skip
     parser.add_argument("--model", default="all-minilm-l6-v2", help="embedder name or folder")
     parser.add_argument("--batch-size", type=int, default=256)
     parser.add_argument("--limit", type=int, default=None, help="ingest the first N only")

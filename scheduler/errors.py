@@ -52,3 +52,4 @@ class ExecutionError(Exception):
         self.node = node
         self.op = op
         super().__init__(f"primitive {node!r} ({op}) failed: {type(cause).__name__}: {cause}")
+        self.__cause__ = cause  # callers map the cause (e.g. HTTP status in ayo.server)

@@ -1,0 +1,153 @@
+"""The server's configuration: one validated dataclass, from a JSON file and/or flags."""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from typing import Any
+
+from ayo.ingest import default_data_dir
+
+LOOPBACK_NAMES = frozenset({"localhost", "ip6-localhost"})
+
+
+def is_loopback(host: str) -> bool:
+    """True for 127.0.0.0/8, ::1 and ``localhost``."""
+    if host.lower() in LOOPBACK_NAMES:
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    """Everything ``python -m ayo.server`` takes (the flags mirror these names with dashes).
+
+    Attributes:
+        host, port: where to listen (port 0: any free port, logged at start).
+        data_dir: the RetrievalStore folder (collections, vectors); None: :func:`default_data_dir`.
+        model: LLM id (``smollm2-135m-instruct``), a Hugging Face folder or a .gguf file.
+        embedder: embedder id (``all-minilm-l6-v2``) or a sentence-transformers folder.
+        api_key: required as ``Authorization: Bearer KEY`` when set; needed beyond loopback.
+        corpus: ``wiki``, ``none`` or a file/folder of .txt/.md/.jsonl, ingested into
+            ``collection`` at start (only what is missing).
+        corpus_limit: ingest only the first N corpus documents (trials, tests).
+        collection: the collection apps search when a query brings no documents.
+        max_body_mb: request bodies above this are refused (413).
+        max_concurrent_queries: queries in flight beyond which new ones get 429.
+        query_timeout_s: a query's deadline when the request gives none (never hang).
+        max_tokens_limit: the largest ``max_tokens`` an OpenAI-style request may ask for.
+        log_level: DEBUG, INFO, WARNING, ERROR.
+        gc_tuning: once loaded, freeze the startup heap and raise the young-generation GC
+            threshold (:func:`ayo.scheduler.serving_gc.configure_gc_for_serving`): halves the
+            runtime's per-primitive cost under load; False keeps CPython's defaults.
+    """
+
+    host: str = "127.0.0.1"
+    port: int = 8000
+    data_dir: str | None = None
+    model: str = "smollm2-135m-instruct"
+    embedder: str = "all-minilm-l6-v2"
+    api_key: str | None = None
+    corpus: str = "wiki"
+    corpus_limit: int | None = None
+    collection: str = "wiki"
+    max_body_mb: float = 16.0
+    max_concurrent_queries: int = 64
+    query_timeout_s: float = 300.0
+    max_tokens_limit: int = 2048
+    log_level: str = "INFO"
+    gc_tuning: bool = True
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.port <= 65535:
+            raise ValueError(f"port must be 0..65535 (0: any free port), got {self.port}")
+        if self.max_body_mb <= 0:
+            raise ValueError(f"max_body_mb must be > 0, got {self.max_body_mb}")
+        if self.max_concurrent_queries < 1:
+            raise ValueError(
+                f"max_concurrent_queries must be >= 1, got {self.max_concurrent_queries}"
+            )
+        if self.query_timeout_s <= 0:
+            raise ValueError(f"query_timeout_s must be > 0 seconds, got {self.query_timeout_s}")
+        if self.max_tokens_limit < 1:
+            raise ValueError(f"max_tokens_limit must be >= 1, got {self.max_tokens_limit}")
+        if self.corpus_limit is not None and self.corpus_limit < 0:
+            raise ValueError(f"corpus_limit must be >= 0, got {self.corpus_limit}")
+        if self.log_level.upper() not in ("DEBUG", "INFO", "WARNING", "ERROR"):
+            raise ValueError(
+                f"log_level must be DEBUG, INFO, WARNING or ERROR, got {self.log_level!r}"
+            )
+        if self.api_key is not None and not self.api_key.strip():
+            raise ValueError("api_key is empty: give a key or leave it unset")
+        if not self.collection:
+            raise ValueError("collection must be a non-empty name")
+
+    @property
+    def max_body_bytes(self) -> int:
+        return int(self.max_body_mb * 2**20)
+
+    @property
+    def data_path(self) -> Path:
+        return Path(self.data_dir).expanduser() if self.data_dir else default_data_dir()
+
+    def check_exposure(self) -> None:
+        """Refuse to serve beyond loopback without an API key (ValueError says how)."""
+        if not is_loopback(self.host) and not self.api_key:
+            raise ValueError(
+                f"--host {self.host} is reachable beyond this machine: set an API key with "
+                "--api-key KEY or the AYO_API_KEY environment variable (clients then send "
+                "'Authorization: Bearer KEY'), or bind to 127.0.0.1"
+            )
+
+    @classmethod
+    def from_file(cls, path: str | Path) -> dict[str, Any]:
+        """The options of a JSON config file (keys as the field names; dashes allowed), checked
+        for unknown keys. Returns a dict to merge with flags before building the config."""
+        try:
+            data = json.loads(Path(path).read_text())
+        except OSError as exc:
+            raise ValueError(f"cannot read config file {path}: {exc}") from None
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"config file {path} is not valid JSON: {exc}") from None
+        if not isinstance(data, dict):
+            raise ValueError(f"config file {path} must hold a JSON object")
+        data = {k.replace("-", "_"): v for k, v in data.items()}
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ValueError(f"config file {path}: unknown keys {unknown}; known: {sorted(known)}")
+        return data
+
+    @classmethod
+    def build(cls, **options: Any) -> ServerConfig:
+        """A config from options, type-checked (a JSON string where a number belongs fails
+        here with the key's name)."""
+        for f in fields(cls):
+            if f.name in options and options[f.name] is not None:
+                value = options[f.name]
+                kind = str(f.type)
+                ok = (
+                    (isinstance(value, bool) and "bool" in kind)
+                    or (isinstance(value, str) and "str" in kind)
+                    or (isinstance(value, int) and not isinstance(value, bool) and "int" in kind)
+                    or (
+                        isinstance(value, (int, float))
+                        and not isinstance(value, bool)
+                        and "float" in kind
+                    )
+                )
+                if not ok:
+                    raise ValueError(f"option {f.name!r} must be of type {kind}, got {value!r}")
+        return cls(**options)
+
+    def public(self) -> dict[str, Any]:
+        """The config without secrets (for logs and /health)."""
+        out = asdict(self)
+        out["api_key"] = "***" if self.api_key else None
+        out["data_dir"] = str(self.data_path)
+        return out

@@ -1,0 +1,175 @@
+"""HTTP errors of the server: one JSON shape, ``{"error": {"type": ..., "message": ...}}``.
+
+Handlers raise :class:`ApiError`; :func:`error_middleware` turns it, aiohttp's own HTTP errors
+(unknown route, wrong method, body over ``client_max_size``) and any unexpected exception into
+that shape. An unexpected exception is logged with its traceback and answered with a generic
+500: the client never sees a traceback.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from aiohttp import web
+
+log = logging.getLogger(__name__)
+
+ERROR_TYPES: dict[int, str] = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    404: "not_found_error",
+    405: "invalid_request_error",
+    413: "request_too_large",
+    422: "context_length_exceeded",
+    429: "rate_limit_error",
+    500: "server_error",
+    501: "not_implemented",
+    503: "unavailable",
+    504: "timeout",
+}
+
+
+class ApiError(Exception):
+    """An error answered to the client: HTTP ``status``, error ``type`` and ``message``."""
+
+    def __init__(self, status: int, type: str | None = None, message: str = "") -> None:
+        super().__init__(message)
+        self.status = status
+        self.type = type or ERROR_TYPES.get(status, "server_error")
+        self.message = message
+
+    def to_json(self) -> dict[str, Any]:
+        return {"error": {"type": self.type, "message": self.message}}
+
+    def __repr__(self) -> str:
+        return f"ApiError({self.status}, {self.type!r}, {self.message!r})"
+
+
+def bad_request(message: str) -> ApiError:
+    return ApiError(400, "invalid_request_error", message)
+
+
+def not_found(message: str) -> ApiError:
+    return ApiError(404, "not_found_error", message)
+
+
+def error_response(exc: ApiError) -> web.Response:
+    """The JSON response for ``exc`` (``WWW-Authenticate`` on 401)."""
+    headers = {"WWW-Authenticate": "Bearer"} if exc.status == 401 else None
+    return web.json_response(exc.to_json(), status=exc.status, headers=headers)
+
+
+def _from_http(exc: web.HTTPException) -> ApiError:
+    if exc.status == 404:
+        return not_found("no such route; GET /openapi.json lists the endpoints")
+    if exc.status == 405:
+        return ApiError(405, "invalid_request_error", f"method not allowed ({exc.reason})")
+    if exc.status == 413:
+        return ApiError(413, "request_too_large", f"request body too large: {exc.text or ''}")
+    return ApiError(exc.status, None, exc.reason or "")
+
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+@web.middleware
+async def error_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Answer every failure as JSON (see the module doc); a streaming handler that has already
+    sent its headers reports its own errors in the stream."""
+    try:
+        return await handler(request)
+    except ApiError as exc:
+        return error_response(exc)
+    except web.HTTPException as exc:
+        if exc.status < 400:  # redirects and the like pass through
+            raise
+        return error_response(_from_http(exc))
+    except ConnectionResetError:  # the client left; nobody to answer
+        raise
+    except Exception:
+        log.exception("unhandled error in %s %s", request.method, request.path)
+        return error_response(
+            ApiError(500, "server_error", "internal server error (logged on the server)")
+        )
+
+
+async def read_json(request: web.Request) -> dict[str, Any]:
+    """The request body as a JSON object: 400 when malformed or not an object, 413 when over
+    the server's body limit."""
+    try:
+        raw = await request.read()
+    except web.HTTPRequestEntityTooLarge as exc:
+        raise ApiError(
+            413, "request_too_large", f"{exc.text} (in bytes; the server sets it: --max-body-mb)"
+        ) from None
+    if not raw:
+        raise bad_request("the request needs a JSON body")
+    try:
+        body = json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise bad_request(f"malformed JSON body: {exc}") from None
+    if not isinstance(body, dict):
+        raise bad_request(f"the JSON body must be an object, got {type(body).__name__}")
+    return body
+
+
+_TYPE_NAMES = {
+    bool: "a boolean",
+    int: "an integer",
+    float: "a number",
+    str: "a string",
+    list: "an array",
+    dict: "an object",
+}
+
+_MISSING: Any = object()
+
+
+def _type_ok(value: Any, types: tuple[type, ...]) -> bool:
+    if isinstance(value, bool) and bool not in types:
+        return False  # JSON true is not a number
+    if float in types and isinstance(value, int) and not isinstance(value, bool):
+        return True
+    return isinstance(value, types)
+
+
+def field(
+    body: dict[str, Any],
+    name: str,
+    type_: type | tuple[type, ...],
+    default: Any = None,
+    *,
+    required: bool = False,
+    nullable: bool = True,
+) -> Any:
+    """``body[name]`` checked against ``type_`` (400 naming the field when wrong or missing).
+    ``null`` or absence gives ``default`` unless ``required``; ints pass as floats."""
+    types = type_ if isinstance(type_, tuple) else (type_,)
+    value = body.get(name, _MISSING)
+    if value is _MISSING or (value is None and nullable and not required):
+        if required:
+            raise bad_request(f"missing required field {name!r}")
+        return default
+    if not _type_ok(value, types):
+        want = " or ".join(_TYPE_NAMES.get(t, t.__name__) for t in types)
+        raise bad_request(f"field {name!r} must be {want}, got {json.dumps(value)[:80]}")
+    return float(value) if types == (float,) else value
+
+
+def number_in(value: float | None, name: str, low: float, high: float | None = None) -> None:
+    """400 unless ``low <= value (<= high)``; ``None`` passes."""
+    if value is None:
+        return
+    if value < low or (high is not None and value > high):
+        bound = f">= {low}" if high is None else f"between {low} and {high}"
+        raise bad_request(f"field {name!r} must be {bound}, got {value}")
+
+
+def reject_unknown(body: dict[str, Any], allowed: set[str] | frozenset[str], where: str) -> None:
+    """400 naming fields of ``body`` not in ``allowed`` (a misspelled option fails loudly)."""
+    unknown = sorted(set(body) - set(allowed))
+    if unknown:
+        raise bad_request(f"unknown field(s) {unknown} in {where}; allowed: {sorted(allowed)}")

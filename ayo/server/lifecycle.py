@@ -1,0 +1,193 @@
+"""Building the server's engines, ingesting the corpus, closing everything.
+
+state = await build_state(config)        # loads models (seconds), opens the data dir
+await ensure_corpus(state)               # embeds only corpus documents not yet stored
+...
+await close_state(state)                 # stops the runtime, engines, persists the index
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import time
+from typing import Any
+
+from ayo.server.config import ServerConfig
+from ayo.server.state import Admission, ServerState
+
+log = logging.getLogger(__name__)
+
+DEFAULT_LLM_ID = "smollm2-135m-instruct"
+DEFAULT_EMBEDDER_ID = "all-minilm-l6-v2"
+
+
+def _model_id(name: str, default: str) -> str:
+    """The id clients use: the embedded name, or a path's file/folder name."""
+    if name.lower() == default:
+        return default
+    base = os.path.basename(os.path.normpath(name))
+    return base.removesuffix(".gguf") or name
+
+
+def build_engines(config: ServerConfig, **llm_options: Any) -> tuple[Any, Any, Any]:
+    """Load the LLM and the embedder and open the RetrievalStore (blocking, seconds).
+
+    Raises:
+        RuntimeError: a model or package is missing (the message names it and the fix).
+    """
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    from ayo.engines import Embedder, RetrievalStore
+    from ayo.engines.llm import LLMEngine
+
+    try:
+        embedder = Embedder.from_model(config.embedder)
+        llm = LLMEngine.from_model(config.model, **llm_options)
+    except Exception as exc:  # ModelNotFound, a broken file: say which and stop
+        raise RuntimeError(f"could not load a model: {exc}") from exc
+    config.data_path.mkdir(parents=True, exist_ok=True)
+    store = RetrievalStore(config.data_path, embedder)
+    return llm, embedder, store
+
+
+def make_state(config: ServerConfig, llm: Any, embedder: Any, store: Any) -> ServerState:
+    """The runtime over already loaded engines (the apps search ``config.collection``)."""
+    from ayo.adapters import (
+        EmbedderAdapter,
+        LLMAdapter,
+        RerankerAdapter,
+        StoreIndex,
+        StoreKeywordIndex,
+    )
+    from ayo.app import App
+    from ayo.engines import Reranker
+
+    app = App(max_queries=config.max_concurrent_queries)
+    llm_adapter = LLMAdapter(llm)
+    engines = {
+        "llm": llm_adapter,
+        "judge": llm_adapter,
+        "embedder": EmbedderAdapter(embedder),
+        "index": StoreIndex(store, config.collection),
+        "keyword": StoreKeywordIndex(store, config.collection),
+        "reranker": RerankerAdapter(Reranker.from_model(embedder=embedder)),
+    }
+    for name, engine in engines.items():
+        app.add_engine(name, engine)
+    from ayo.engines.llm.loader import resolve_model_path
+
+    loaded = {
+        "llm": {
+            "id": _model_id(config.model, DEFAULT_LLM_ID),
+            "path": str(resolve_model_path(config.model)),
+            "dtype": llm.config.dtype,
+            "max_model_len": llm.max_model_len,
+        },
+        "embedder": {
+            "id": _model_id(config.embedder, DEFAULT_EMBEDDER_ID),
+            "path": str(getattr(embedder, "model_path", config.embedder)),
+            "dim": embedder.dim,
+        },
+        "data_dir": str(config.data_path),
+    }
+    return ServerState(
+        app=app,
+        llm=llm,
+        embedder=embedder,
+        store=store,
+        config=config,
+        llm_id=loaded["llm"]["id"],
+        embedder_id=loaded["embedder"]["id"],
+        admission=Admission(config.max_concurrent_queries),
+        loaded=loaded,
+    )
+
+
+async def build_state(config: ServerConfig, **llm_options: Any) -> ServerState:
+    """Load everything in a thread (the loop stays live), build the runtime and start it."""
+    llm, embedder, store = await asyncio.to_thread(build_engines, config, **llm_options)
+    state = make_state(config, llm, embedder, store)
+    await state.app.start()
+    log.info(
+        "loaded LLM %s (%s, context %d tokens) from %s",
+        state.llm_id,
+        llm.config.dtype,
+        llm.max_model_len,
+        state.loaded["llm"]["path"],
+    )
+    log.info(
+        "loaded embedder %s (dim %d) from %s",
+        state.embedder_id,
+        embedder.dim,
+        state.loaded["embedder"]["path"],
+    )
+    log.info("data directory: %s", config.data_path)
+    return state
+
+
+async def ensure_corpus(
+    state: ServerState,
+    progress: bool = True,
+    stop: asyncio.Event | None = None,
+    batch_size: int = 256,
+) -> int:
+    """Ingest ``config.corpus`` into ``config.collection``, embedding only the documents not yet
+    stored (a finished corpus costs one key lookup; an interrupted one resumes). Batches are
+    durable once acknowledged; ``stop`` set ends the ingest after the current batch. Returns how
+    many documents were embedded. The collection exists afterwards even with ``--corpus none``
+    (empty: documents can be added over HTTP)."""
+    from tqdm import tqdm
+
+    from ayo.ingest import iter_documents
+
+    config, store = state.config, state.store
+    store.create_collection(config.collection)
+    if config.corpus == "none":
+        log.info("no corpus (--corpus none); collection %r is searched", config.collection)
+        return 0
+    documents = list(iter_documents(config.corpus))[: config.corpus_limit]
+    keys = [d.id for d in documents]
+    existing = await asyncio.to_thread(store.store.existing_keys, config.collection, keys)
+    missing = [d for d in documents if d.id not in existing]
+    log.info(
+        "corpus %s -> collection %r: %d documents, %d already stored, %d to embed",
+        config.corpus,
+        config.collection,
+        len(documents),
+        len(documents) - len(missing),
+        len(missing),
+    )
+    start, done, chunks = time.perf_counter(), 0, 0
+    with tqdm(total=len(missing), unit="doc", desc=config.collection, disable=not progress) as bar:
+        for i in range(0, len(missing), batch_size):
+            if stop is not None and stop.is_set():
+                log.info("ingest stopped after %d documents; the next start resumes", done)
+                break
+            ack = await store.ingest(config.collection, missing[i : i + batch_size], "skip")
+            done, chunks = done + ack.documents, chunks + ack.chunks
+            bar.update(ack.documents + len(ack.skipped))
+    if missing:
+        await asyncio.to_thread(store.vectors.save)
+        seconds = time.perf_counter() - start
+        log.info(
+            "ingested %d documents (%d chunks) in %.1f s (%.0f docs/s)",
+            done,
+            chunks,
+            seconds,
+            done / max(seconds, 1e-9),
+        )
+    state.embedded_at_startup = done
+    log.info("%d documents embedded at startup", done)
+    return done
+
+
+async def close_state(state: ServerState) -> None:
+    """Stop the runtime and the engines, persist the vector index (idempotent enough to call
+    from a signal handler's shutdown path)."""
+    try:
+        await state.app.close()
+    finally:
+        await asyncio.to_thread(state.store.close)
+        await asyncio.to_thread(state.embedder.close)
+        log.info("closed the engines; the data directory %s is flushed", state.config.data_path)

@@ -1,0 +1,211 @@
+"""``POST /v1/completions`` and ``POST /v1/chat/completions`` (JSON or server-sent events).
+
+Streams follow OpenAI's shapes: ``data: {chunk}`` lines, then ``data: [DONE]``; chat chunks are
+``chat.completion.chunk`` objects whose first ``delta`` carries the role; with
+``stream_options.include_usage`` every chunk has ``"usage": null`` and a last chunk with no
+choices carries the usage. An error after the stream began is sent as ``data: {"error": ...}``.
+A client that goes away mid-stream makes the next write fail: the generation is closed and its
+sequence's KV blocks are freed.
+
+``usage`` is counted in the LLM's tokens: ``prompt_tokens`` the rendered prompt's tokens,
+``completion_tokens`` the tokens the engine generated (an end-of-sequence token included, as it
+was computed). For an ``app:NAME`` model they are the question's and the answer's tokens (the
+app's own LLM calls, with their retrieved context, are not counted).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+from aiohttp import web
+
+from ayo.server.errors import bad_request, read_json
+from ayo.server.openai_generate import encode_prompt, fit_sampling, generate
+from ayo.server.openai_requests import (
+    COMPLETIONS_DEFAULT_MAX_TOKENS,
+    StreamOptions,
+    check_model,
+    last_user_message,
+    new_id,
+    parse_messages,
+    parse_model,
+    parse_prompts,
+    parse_sampling,
+    parse_stream,
+)
+from ayo.server.openai_stream import stream_chunks, usage_json
+from ayo.server.state import STATE, ServerState
+
+
+def count_tokens(llm: Any, text: str) -> int:
+    return len(llm.tokenizer(text, add_special_tokens=False)["input_ids"]) if text else 0
+
+
+# ---- /v1/completions ----------------------------------------------------------------------
+
+
+async def completions(request: web.Request) -> web.StreamResponse:
+    state = request.app[STATE]
+    body = await read_json(request)
+    model = parse_model(body)
+    check_model(state, model, "llm")
+    prompts = parse_prompts(body)
+    sampling = parse_sampling(body, default_max_tokens=COMPLETIONS_DEFAULT_MAX_TOKENS)
+    opts = parse_stream(body)
+    llm = state.llm
+    ids = [encode_prompt(llm, p) for p in prompts]
+    params = fit_sampling(llm, [len(i) for i in ids], sampling, state.config.max_tokens_limit)
+    head = {
+        "id": new_id("cmpl"),
+        "object": "text_completion",
+        "created": int(time.time()),
+        "model": model,
+    }
+    n_prompt = sum(len(i) for i in ids)
+    with state.admission.slot():
+        pieces = generate(llm, ids, params)
+        if not opts.stream:
+            texts, reasons, counts = [""] * len(ids), [None] * len(ids), [0] * len(ids)
+            async for p in pieces:
+                texts[p.index] += p.text
+                if p.finish_reason is not None:
+                    reasons[p.index], counts[p.index] = p.finish_reason, p.completion_tokens
+            choices = [
+                {"index": i, "text": t, "logprobs": None, "finish_reason": r}
+                for i, (t, r) in enumerate(zip(texts, reasons))
+            ]
+            return web.json_response(
+                {**head, "choices": choices, "usage": usage_json(n_prompt, sum(counts))}
+            )
+
+        def chunk(p: Any) -> dict[str, Any]:
+            choice = {
+                "index": p.index,
+                "text": p.text,
+                "logprobs": None,
+                "finish_reason": p.finish_reason,
+            }
+            return {**head, "choices": [choice]}
+
+        return await stream_chunks(request, pieces, chunk, head, opts, n_prompt)
+
+
+# ---- /v1/chat/completions -----------------------------------------------------------------
+
+
+async def chat_completions(request: web.Request) -> web.StreamResponse:
+    state = request.app[STATE]
+    body = await read_json(request)
+    model = parse_model(body)
+    kind = check_model(state, model, "chat")
+    messages = parse_messages(body)
+    sampling = parse_sampling(body, default_max_tokens=None)
+    opts = parse_stream(body)
+    head = {
+        "id": new_id("chatcmpl"),
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": model,
+    }
+    if kind == "app":
+        return await _app_chat(request, state, model.removeprefix("app:"), messages, head, opts)
+    llm = state.llm
+    if getattr(llm.tokenizer, "chat_template", None) is None:
+        raise bad_request(f"model {model!r} has no chat template: use /v1/completions")
+    try:
+        ids = llm.apply_chat_template(messages)
+    except Exception as exc:  # a template that rejects these messages (roles, order)
+        raise bad_request(
+            f"field 'messages' does not fit the model's chat template: {exc}"
+        ) from None
+    params = fit_sampling(llm, [len(ids)], sampling, state.config.max_tokens_limit)
+    with state.admission.slot():
+        pieces = generate(llm, [ids], params)
+        if not opts.stream:
+            text, reason, count = "", None, 0
+            async for p in pieces:
+                text += p.text
+                if p.finish_reason is not None:
+                    reason, count = p.finish_reason, p.completion_tokens
+            return web.json_response(_chat_body(head, text, reason, usage_json(len(ids), count)))
+        return await _chatstream_chunks(request, pieces, head, opts, len(ids))
+
+
+def _chat_body(head: dict[str, Any], text: str, reason: str | None, usage: dict) -> dict:
+    message = {"role": "assistant", "content": text}
+    choice = {"index": 0, "message": message, "logprobs": None, "finish_reason": reason}
+    return {**head, "choices": [choice], "usage": usage}
+
+
+def _chatstream_chunks(request, pieces, head, opts, n_prompt):
+    chunk_head = {**head, "object": "chat.completion.chunk"}
+
+    def chunk(p: Any) -> dict[str, Any]:
+        delta = {"content": p.text} if p.text else {}
+        choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": p.finish_reason}
+        return {**chunk_head, "choices": [choice]}
+
+    first = {
+        **chunk_head,
+        "choices": [
+            {
+                "index": 0,
+                "delta": {"role": "assistant", "content": ""},
+                "logprobs": None,
+                "finish_reason": None,
+            }
+        ],
+    }
+    return stream_chunks(request, pieces, chunk, chunk_head, opts, n_prompt, first)
+
+
+async def _app_chat(
+    request: web.Request,
+    state: ServerState,
+    name: str,
+    messages: list[dict[str, str]],
+    head: dict[str, Any],
+    opts: StreamOptions,
+) -> web.StreamResponse:
+    """Run app ``name`` on the last user message; its ``answer`` is the assistant's reply."""
+    from ayo.server.mapping import to_api_error
+    from ayo.server.openai_generate import Piece
+    from ayo.server.routes_apps import app_inputs
+
+    question = last_user_message(messages)
+    needs = [i.name for i in app_inputs(state, name) if i.required and i.name != "question"]
+    if needs:
+        raise bad_request(
+            f"app {name!r} needs inputs {needs} besides the question: use POST /v1/apps/{name}/query"
+        )
+    inputs = {"question": question}
+    deadline = state.config.query_timeout_s
+    n_prompt = count_tokens(state.llm, question)
+    if not opts.stream:
+        try:
+            result = await state.app.run(name, inputs, deadline=deadline, wait=False)
+        except Exception as exc:
+            raise to_api_error(exc) from None
+        answer = str(result.outputs.get("answer", ""))
+        usage = usage_json(n_prompt, count_tokens(state.llm, answer))
+        return web.json_response(_chat_body(head, answer, "stop", usage))
+
+    async def pieces() -> AsyncIterator[Piece]:
+        answer = ""
+        events = state.app.stream(name, inputs, deadline=deadline, wait=False)
+        try:
+            async for event in events:
+                if event.result is not None:
+                    break
+                answer += event.delta
+                if event.delta:
+                    yield Piece(0, event.delta)
+        except Exception as exc:
+            raise to_api_error(exc) from None
+        finally:
+            await events.aclose()
+        yield Piece(0, "", "stop", count_tokens(state.llm, answer))
+
+    return await _chatstream_chunks(request, pieces(), head, opts, n_prompt)

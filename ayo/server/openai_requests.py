@@ -1,0 +1,216 @@
+"""Parsing OpenAI-style request bodies into typed requests (400 naming the field when wrong).
+
+Follows the OpenAI API where it is served (``max_tokens``/``max_completion_tokens``,
+``temperature`` default 1, ``stop`` string or list, ``stream_options.include_usage``); fields that
+would change the output but are not implemented (``n`` > 1, ``logprobs``, ``echo``, penalties,
+tools, ``logit_bias``) are refused with 400 rather than ignored. Unknown fields are ignored, as
+OpenAI-compatible servers do (clients send vendor extras). Extensions (as vLLM's server):
+``top_k`` and ``ignore_eos``.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from ayo.server.errors import ApiError, bad_request, field, not_found, number_in
+from ayo.server.state import ServerState
+
+MAX_STOP_STRINGS = 16
+COMPLETIONS_DEFAULT_MAX_TOKENS = 16  # OpenAI's default for /v1/completions
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """What a completion asks of the engine (``max_tokens`` None: up to the server's limit)."""
+
+    max_tokens: int | None
+    temperature: float
+    top_p: float
+    top_k: int
+    seed: int | None
+    stop: tuple[str, ...]
+    ignore_eos: bool
+
+
+@dataclass(frozen=True)
+class StreamOptions:
+    stream: bool
+    include_usage: bool
+
+
+def parse_model(body: dict[str, Any]) -> str:
+    return field(body, "model", str, required=True)
+
+
+def parse_stream(body: dict[str, Any]) -> StreamOptions:
+    stream = field(body, "stream", bool, False)
+    opts = field(body, "stream_options", dict, {})
+    if opts and not stream:
+        raise bad_request("field 'stream_options' is only allowed with 'stream': true")
+    return StreamOptions(stream, field(opts, "include_usage", bool, False))
+
+
+def parse_sampling(body: dict[str, Any], *, default_max_tokens: int | None) -> Sampling:
+    """Sampling fields of a completion or chat request, range-checked."""
+    _refuse_unsupported(body)
+    max_tokens = field(body, "max_completion_tokens", int, None)
+    if max_tokens is None:
+        max_tokens = field(body, "max_tokens", int, default_max_tokens)
+    else:
+        field(body, "max_tokens", int, None)  # type-check it anyway
+    if max_tokens is not None and max_tokens < 1:
+        raise bad_request(f"field 'max_tokens' must be >= 1, got {max_tokens}")
+    temperature = field(body, "temperature", float, 1.0)
+    number_in(temperature, "temperature", 0.0, 2.0)
+    top_p = field(body, "top_p", float, 1.0)
+    if not 0 < top_p <= 1:
+        raise bad_request(f"field 'top_p' must be in (0, 1], got {top_p}")
+    top_k = field(body, "top_k", int, 0)
+    number_in(top_k, "top_k", -1)  # -1 (vLLM) and 0 both keep every token
+    seed = field(body, "seed", int, None)
+    return Sampling(
+        max_tokens=max_tokens,
+        temperature=temperature,
+        top_p=top_p,
+        top_k=max(top_k, 0),
+        seed=seed,
+        stop=parse_stop(body),
+        ignore_eos=field(body, "ignore_eos", bool, False),
+    )
+
+
+def parse_stop(body: dict[str, Any]) -> tuple[str, ...]:
+    stop = field(body, "stop", (str, list), None)
+    if stop is None:
+        return ()
+    stops = [stop] if isinstance(stop, str) else stop
+    if len(stops) > MAX_STOP_STRINGS or any(not isinstance(s, str) or not s for s in stops):
+        raise bad_request(
+            f"field 'stop' must be a non-empty string or a list of at most {MAX_STOP_STRINGS} "
+            f"non-empty strings, got {stop!r:.80}"
+        )
+    return tuple(stops)
+
+
+def _refuse_unsupported(body: dict[str, Any]) -> None:
+    n = field(body, "n", int, 1)
+    if n != 1:
+        raise bad_request(f"field 'n' must be 1 (one choice per prompt is served), got {n}")
+    best_of = field(body, "best_of", int, 1)
+    if best_of != 1:
+        raise bad_request(f"field 'best_of' must be 1, got {best_of}")
+    for name in ("frequency_penalty", "presence_penalty"):
+        value = field(body, name, float, 0.0)
+        if value != 0:
+            raise bad_request(f"field {name!r} is not supported (must be 0 or absent)")
+    for name in ("logprobs", "top_logprobs", "echo", "suffix", "logit_bias", "tools", "functions"):
+        value = body.get(name)
+        if value not in (None, False, 0, "", [], {}):
+            raise bad_request(f"field {name!r} is not supported by this server")
+    fmt = field(body, "response_format", dict, None)
+    if fmt is not None and fmt.get("type", "text") != "text":
+        raise bad_request("field 'response_format' supports only {'type': 'text'}")
+
+
+def parse_prompts(body: dict[str, Any]) -> list[str | list[int]]:
+    """``prompt``: a string, a list of strings, a list of token ids, or a list of those."""
+    prompt = body.get("prompt")
+    if isinstance(prompt, str):
+        prompts: list[Any] = [prompt]
+    elif isinstance(prompt, list) and prompt and all(_is_token(t) for t in prompt):
+        prompts = [prompt]
+    elif isinstance(prompt, list) and prompt:
+        prompts = prompt
+    else:
+        raise bad_request(
+            "field 'prompt' must be a string, a list of strings, a list of token ids or a list "
+            f"of token-id lists (non-empty), got {str(prompt)[:80]}"
+        )
+    for p in prompts:
+        ok = isinstance(p, str) or (isinstance(p, list) and all(_is_token(t) for t in p))
+        if not ok or not p:
+            raise bad_request(f"field 'prompt' has an invalid or empty item: {str(p)[:80]}")
+    return prompts
+
+
+def _is_token(t: Any) -> bool:
+    return isinstance(t, int) and not isinstance(t, bool)
+
+
+ROLES = ("system", "developer", "user", "assistant", "tool")
+
+
+def parse_messages(body: dict[str, Any]) -> list[dict[str, str]]:
+    """``messages`` as ``[{"role", "content"}]`` with text content (a list of text parts is
+    joined; ``developer`` is the template's ``system``)."""
+    messages = field(body, "messages", list, required=True)
+    if not messages:
+        raise bad_request("field 'messages' must hold at least one message")
+    out = []
+    for i, m in enumerate(messages):
+        where = f"messages[{i}]"
+        if not isinstance(m, dict):
+            raise bad_request(f"field {where!r} must be an object with 'role' and 'content'")
+        role = m.get("role")
+        if role not in ROLES:
+            raise bad_request(f"field '{where}.role' must be one of {list(ROLES)}, got {role!r}")
+        out.append(
+            {
+                "role": "system" if role == "developer" else role,
+                "content": _text_content(m.get("content"), where),
+            }
+        )
+    return out
+
+
+def _text_content(content: Any, where: str) -> str:
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        texts = []
+        for part in content:
+            if not isinstance(part, dict) or part.get("type") != "text":
+                raise bad_request(f"field '{where}.content' supports only text parts")
+            text = part.get("text")
+            if not isinstance(text, str):
+                raise bad_request(f"field '{where}.content[].text' must be a string")
+            texts.append(text)
+        return "".join(texts)
+    raise bad_request(f"field '{where}.content' must be a string or a list of text parts")
+
+
+def last_user_message(messages: list[dict[str, str]]) -> str:
+    for m in reversed(messages):
+        if m["role"] == "user" and m["content"].strip():
+            return m["content"]
+    raise ApiError(400, "invalid_request_error", "an app model needs a non-empty user message")
+
+
+def new_id(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:24]}"
+
+
+def check_model(state: ServerState, model: str, want: str) -> str:
+    """The kind of ``model`` (``"llm"``, ``"embedder"``, ``"app"``): 404 for an unknown id, 400
+    for a known id of the wrong kind (``want``: ``"llm"``, ``"chat"`` (the LLM or an app) or
+    ``"embedder"``)."""
+    if model not in state.model_ids:
+        raise not_found(f"unknown model {model!r}; GET /v1/models lists {state.model_ids}")
+    if model == state.llm_id:
+        kind = "llm"
+    elif model == state.embedder_id:
+        kind = "embedder"
+    else:
+        kind = "app"
+    if kind != want and not (want == "chat" and kind in ("llm", "app")):
+        hint = {
+            "llm": f"completions use {state.llm_id!r}; app models run on /v1/chat/completions",
+            "chat": f"chat completions use {state.llm_id!r} or an 'app:NAME' model",
+            "embedder": f"embeddings use {state.embedder_id!r}",
+        }[want]
+        raise bad_request(f"model {model!r} cannot serve this endpoint: {hint}")
+    return kind

@@ -1,0 +1,299 @@
+"""OpenAPI 3.1 path items of the OpenAI-compatible routes (merged into ``/openapi.json``).
+
+Schemas are written here in full rather than referenced, so the dict can be merged into any
+document as is; the error responses refer to ``#/components/schemas/Error`` and each item lists
+the statuses its handler answers.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+ERROR = {"$ref": "#/components/schemas/Error"}
+
+
+def _errors(*statuses: int) -> dict[str, Any]:
+    why = {
+        400: "malformed JSON, a wrong type (the field is named) or an unsupported option",
+        401: "missing or wrong API key (when the server has one)",
+        404: "unknown model",
+        413: "request body over the server's limit",
+        422: "prompt over the model's context window (context_length_exceeded)",
+        429: "the server is at its limit of concurrent requests",
+        500: "the engine failed",
+    }
+    return {
+        str(s): {"description": why[s], "content": {"application/json": {"schema": ERROR}}}
+        for s in statuses
+    }
+
+
+_NULLABLE_INT = {"type": ["integer", "null"], "minimum": 1}
+_STOP = {
+    "description": "generation stops before the first occurrence of any (left out of the text)",
+    "oneOf": [
+        {"type": "string", "minLength": 1},
+        {"type": "array", "items": {"type": "string", "minLength": 1}, "maxItems": 16},
+        {"type": "null"},
+    ],
+}
+_SAMPLING = {
+    "max_tokens": {
+        **_NULLABLE_INT,
+        "description": "tokens to generate (completions: 16; "
+        "chat: up to the context window, at most the server's max_tokens_limit)",
+    },
+    "max_completion_tokens": {**_NULLABLE_INT, "description": "alias of max_tokens (wins)"},
+    "temperature": {
+        "type": "number",
+        "minimum": 0,
+        "maximum": 2,
+        "default": 1,
+        "description": "0 is greedy decoding",
+    },
+    "top_p": {"type": "number", "exclusiveMinimum": 0, "maximum": 1, "default": 1},
+    "top_k": {
+        "type": "integer",
+        "minimum": -1,
+        "default": 0,
+        "description": "extension: keep the k likeliest tokens (0 or -1: all)",
+    },
+    "seed": {"type": ["integer", "null"], "description": "makes sampling reproducible"},
+    "stop": _STOP,
+    "n": {"type": "integer", "enum": [1], "default": 1},
+    "ignore_eos": {
+        "type": "boolean",
+        "default": False,
+        "description": "extension: keep generating past the end-of-sequence token",
+    },
+    "stream": {"type": "boolean", "default": False},
+    "stream_options": {"type": "object", "properties": {"include_usage": {"type": "boolean"}}},
+}
+_USAGE = {
+    "type": "object",
+    "properties": {
+        k: {"type": "integer"} for k in ("prompt_tokens", "completion_tokens", "total_tokens")
+    },
+}
+_FINISH = {"type": ["string", "null"], "enum": ["stop", "length", None]}
+_SSE = {
+    "text/event-stream": {
+        "schema": {
+            "type": "string",
+            "description": "with stream: true, 'data: {chunk}' lines then 'data: [DONE]'",
+        }
+    }
+}
+
+
+def _json(schema: dict[str, Any]) -> dict[str, Any]:
+    return {"application/json": {"schema": schema}}
+
+
+def _object(required: list[str], **props: Any) -> dict[str, Any]:
+    return {"type": "object", "required": required, "properties": props}
+
+
+_COMPLETION = _object(
+    ["id", "object", "created", "model", "choices", "usage"],
+    id={"type": "string"},
+    object={"const": "text_completion"},
+    created={"type": "integer"},
+    model={"type": "string"},
+    choices={
+        "type": "array",
+        "items": _object(
+            ["index", "text", "finish_reason"],
+            index={"type": "integer"},
+            text={"type": "string"},
+            logprobs={"type": "null"},
+            finish_reason=_FINISH,
+        ),
+    },
+    usage=_USAGE,
+)
+_CHAT = _object(
+    ["id", "object", "created", "model", "choices", "usage"],
+    id={"type": "string"},
+    object={"const": "chat.completion"},
+    created={"type": "integer"},
+    model={"type": "string"},
+    choices={
+        "type": "array",
+        "items": _object(
+            ["index", "message", "finish_reason"],
+            index={"type": "integer"},
+            message=_object(
+                ["role", "content"], role={"const": "assistant"}, content={"type": "string"}
+            ),
+            logprobs={"type": "null"},
+            finish_reason=_FINISH,
+        ),
+    },
+    usage=_USAGE,
+)
+_MESSAGE = _object(
+    ["role"],
+    role={"enum": ["system", "developer", "user", "assistant", "tool"]},
+    content={
+        "oneOf": [
+            {"type": "string"},
+            {"type": "null"},
+            {
+                "type": "array",
+                "items": _object(["type", "text"], type={"const": "text"}, text={"type": "string"}),
+            },
+        ]
+    },
+)
+
+OPENAPI_PATHS: dict[str, Any] = {
+    "/v1/models": {
+        "get": {
+            "summary": "List models: the LLM, the embedder, and app:NAME for every app",
+            "tags": ["openai"],
+            "responses": {
+                "200": {
+                    "description": "the models",
+                    "content": _json(
+                        _object(
+                            ["object", "data"],
+                            object={"const": "list"},
+                            data={
+                                "type": "array",
+                                "items": _object(
+                                    ["id", "object", "created", "owned_by"],
+                                    id={"type": "string"},
+                                    object={"const": "model"},
+                                    created={"type": "integer"},
+                                    owned_by={"type": "string"},
+                                ),
+                            },
+                        )
+                    ),
+                },
+                **_errors(401),
+            },
+        }
+    },
+    "/v1/completions": {
+        "post": {
+            "summary": "Complete a prompt with the LLM (OpenAI-compatible)",
+            "tags": ["openai"],
+            "requestBody": {
+                "required": True,
+                "content": _json(
+                    _object(
+                        ["model", "prompt"],
+                        model={"type": "string"},
+                        prompt={
+                            "description": "a string, a list of strings, token ids, or a list of "
+                            "token-id lists (one choice each)",
+                            "oneOf": [
+                                {"type": "string"},
+                                {"type": "array", "items": {"type": "string"}},
+                                {"type": "array", "items": {"type": "integer"}},
+                                {
+                                    "type": "array",
+                                    "items": {"type": "array", "items": {"type": "integer"}},
+                                },
+                            ],
+                        },
+                        **_SAMPLING,
+                    )
+                ),
+            },
+            "responses": {
+                "200": {
+                    "description": "the completion (or its SSE chunks)",
+                    "content": {**_json(_COMPLETION), **_SSE},
+                },
+                **_errors(400, 401, 404, 413, 422, 429, 500),
+            },
+        }
+    },
+    "/v1/chat/completions": {
+        "post": {
+            "summary": "Chat with the LLM, or run app:NAME on the last user message",
+            "tags": ["openai"],
+            "requestBody": {
+                "required": True,
+                "content": _json(
+                    _object(
+                        ["model", "messages"],
+                        model={"type": "string"},
+                        messages={"type": "array", "minItems": 1, "items": _MESSAGE},
+                        **_SAMPLING,
+                    )
+                ),
+            },
+            "responses": {
+                "200": {
+                    "description": "the reply (or its chat.completion.chunk SSE chunks)",
+                    "content": {**_json(_CHAT), **_SSE},
+                },
+                **_errors(400, 401, 404, 413, 422, 429, 500),
+            },
+        }
+    },
+    "/v1/embeddings": {
+        "post": {
+            "summary": "Embed texts with the embedder (OpenAI-compatible)",
+            "tags": ["openai"],
+            "requestBody": {
+                "required": True,
+                "content": _json(
+                    _object(
+                        ["model", "input"],
+                        model={"type": "string"},
+                        input={
+                            "oneOf": [
+                                {"type": "string"},
+                                {
+                                    "type": "array",
+                                    "items": {"type": "string"},
+                                    "minItems": 1,
+                                    "maxItems": 2048,
+                                },
+                            ]
+                        },
+                        encoding_format={"enum": ["float", "base64"], "default": "float"},
+                        dimensions={"type": "integer"},
+                    )
+                ),
+            },
+            "responses": {
+                "200": {
+                    "description": "one vector per input, in order",
+                    "content": _json(
+                        _object(
+                            ["object", "data", "model", "usage"],
+                            object={"const": "list"},
+                            data={
+                                "type": "array",
+                                "items": _object(
+                                    ["object", "index", "embedding"],
+                                    object={"const": "embedding"},
+                                    index={"type": "integer"},
+                                    embedding={
+                                        "oneOf": [
+                                            {"type": "array", "items": {"type": "number"}},
+                                            {"type": "string", "contentEncoding": "base64"},
+                                        ]
+                                    },
+                                ),
+                            },
+                            model={"type": "string"},
+                            usage=_object(
+                                ["prompt_tokens", "total_tokens"],
+                                prompt_tokens={"type": "integer"},
+                                total_tokens={"type": "integer"},
+                            ),
+                        )
+                    ),
+                },
+                **_errors(400, 401, 404, 413, 429, 500),
+            },
+        }
+    },
+}

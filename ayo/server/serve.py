@@ -1,0 +1,66 @@
+"""Running the server: load, ingest, listen, and shut down cleanly on SIGTERM / SIGINT.
+
+The port opens only after the corpus is ingested (a first start over the full wiki corpus
+takes minutes; the log says so), so every request the server answers sees the whole corpus.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+
+from aiohttp import web
+
+from ayo.server.app import create_app
+from ayo.server.config import ServerConfig
+from ayo.server.lifecycle import build_state, close_state, ensure_corpus
+
+log = logging.getLogger(__name__)
+
+SHUTDOWN_TIMEOUT_S = 10.0  # requests in flight at SIGTERM get this long, then are cancelled
+
+
+async def start_site(app: web.Application, host: str, port: int) -> tuple[web.AppRunner, int]:
+    """Listen on ``host:port`` (0: a free port); returns the runner and the bound port. A client
+    that disconnects cancels its handler (and so its query)."""
+    runner = web.AppRunner(app, handler_cancellation=True, shutdown_timeout=SHUTDOWN_TIMEOUT_S)
+    await runner.setup()
+    site = web.TCPSite(runner, host, port)
+    await site.start()
+    bound = port
+    for sock in getattr(site._server, "sockets", None) or []:  # the port port=0 picked
+        bound = sock.getsockname()[1]
+        break
+    return runner, bound
+
+
+async def serve(config: ServerConfig) -> None:
+    """Load everything, ingest what is missing, listen until SIGTERM/SIGINT, then close the
+    engines and persist the store."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    state = await build_state(config)
+    runner = None
+    try:
+        log.info("ingesting the corpus before opening the port (first start only takes long)")
+        await ensure_corpus(state, stop=stop)
+        if stop.is_set():
+            return
+        if config.gc_tuning:
+            from ayo.scheduler.serving_gc import configure_gc_for_serving
+
+            configure_gc_for_serving()
+        runner, port = await start_site(create_app(state), config.host, config.port)
+        auth = "API key required" if config.api_key else "no API key"
+        log.info(
+            "listening on http://%s:%d (%s); data in %s", config.host, port, auth, config.data_path
+        )
+        await stop.wait()
+        log.info("shutting down")
+    finally:
+        if runner is not None:
+            await runner.cleanup()
+        await close_state(state)

@@ -1,0 +1,153 @@
+"""``python -m ayo.server`` as a real process: refusing to expose itself without a key, config
+validation, and a restart that keeps ingested documents without re-embedding the corpus."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import re
+import signal
+import sys
+from pathlib import Path
+
+import aiohttp
+import pytest
+
+from ayo.server.__main__ import build_parser, load_config
+from ayo.server.config import ServerConfig, is_loopback
+
+CORPUS = 12
+
+
+def _run_cli(*args: str, env: dict[str, str] | None = None) -> tuple[int, str]:
+    import subprocess
+
+    proc = subprocess.run(
+        [sys.executable, "-m", "ayo.server", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, **(env or {})},
+    )
+    return proc.returncode, proc.stderr
+
+
+def test_binding_beyond_loopback_needs_an_api_key(tmp_path: Path) -> None:
+    code, err = _run_cli("--host", "0.0.0.0", "--data-dir", str(tmp_path), env={"AYO_API_KEY": ""})
+    assert code == 2
+    assert "--api-key" in err and "AYO_API_KEY" in err and "Traceback" not in err
+    assert not any(tmp_path.iterdir())  # refused before loading or writing anything
+    assert is_loopback("127.0.0.1") and is_loopback("::1") and is_loopback("localhost")
+    assert not is_loopback("0.0.0.0") and not is_loopback("192.168.1.4")
+
+
+def test_config_file_flags_and_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "server.json"
+    path.write_text(json.dumps({"port": 9001, "max-body-mb": 2, "host": "0.0.0.0", "api_key": "k"}))
+    config = load_config(build_parser().parse_args(["--config", str(path), "--port", "9002"]))
+    assert (config.port, config.max_body_bytes, config.host) == (9002, 2 * 2**20, "0.0.0.0")
+    monkeypatch.setenv("AYO_API_KEY", "from-env")
+    assert load_config(build_parser().parse_args(["--host", "0.0.0.0"])).api_key == "from-env"
+    monkeypatch.setenv("AYO_DATA_DIR", str(tmp_path / "d"))
+    assert ServerConfig().data_path == tmp_path / "d"
+    from ayo.ingest import default_data_dir
+
+    assert default_data_dir() == ServerConfig().data_path  # the CLI and the server agree
+    assert ServerConfig().gc_tuning is True
+    assert load_config(build_parser().parse_args(["--no-gc-tuning"])).gc_tuning is False
+    for bad, needle in [
+        ({"prot": 1}, "unknown keys ['prot']"),
+        ({"port": "80"}, "'port' must be of type int"),
+        ({"gc_tuning": "yes"}, "'gc_tuning' must be of type bool"),
+        ({"port": True}, "'port' must be of type int"),
+        ({"port": 70000}, "port must be 0..65535"),
+        ({"max_concurrent_queries": 0}, "max_concurrent_queries must be >= 1"),
+    ]:
+        path.write_text(json.dumps(bad))
+        with pytest.raises(ValueError, match=re.escape(needle)):
+            load_config(build_parser().parse_args(["--config", str(path)]))
+
+
+class _Server:
+    """``python -m ayo.server --port 0`` in a subprocess (the log names the port); its log lines
+    are collected."""
+
+    def __init__(self, data_dir: Path) -> None:
+        self.data_dir = data_dir
+        self.url = ""
+        self.lines: list[str] = []
+
+    async def start(self) -> None:
+        self.proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "ayo.server", "--port", "0",
+            "--data-dir", str(self.data_dir), "--corpus", "wiki", "--corpus-limit", str(CORPUS),
+            stderr=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.DEVNULL,
+        )  # fmt: skip
+        await asyncio.wait_for(self._read_until("listening on"), timeout=120)
+        self.url = re.search(r"listening on (http://127\.0\.0\.1:\d+)", self.lines[-1]).group(1)
+        self.drain = asyncio.ensure_future(self._read_until(None))
+
+    async def _read_until(self, needle: str | None) -> None:
+        assert self.proc.stderr is not None
+        while line := await self.proc.stderr.readline():
+            self.lines.append(line.decode(errors="replace").rstrip())
+            if needle and needle in self.lines[-1]:
+                return
+        if needle:
+            raise AssertionError("server exited before listening:\n" + "\n".join(self.lines))
+
+    async def stop(self) -> int:
+        self.proc.send_signal(signal.SIGTERM)
+        code = await asyncio.wait_for(self.proc.wait(), timeout=60)
+        await self.drain
+        return code
+
+    def kill(self) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            self.proc.kill()
+
+    def log(self) -> str:
+        return "\n".join(self.lines)
+
+
+@pytest.mark.slow  # two real server starts (models load in each): ~30-50 s on 2 cores
+async def test_restart_keeps_documents_and_embeds_nothing(tmp_path: Path) -> None:
+    docs = [{"id": "zorblax", "text": "Zorblax is a purple gas giant orbiting the star Quenthari."}]
+    first = _Server(tmp_path)
+    await first.start()
+    try:
+        async with aiohttp.ClientSession() as s:
+            async with s.get(first.url + "/health") as r:
+                assert (await r.json())["embedded_at_startup"] == CORPUS
+            url = first.url + "/v1/collections/notes/documents"
+            async with s.post(url, json={"documents": docs}) as r:
+                assert (await r.json())["ingested"] == 1
+    finally:
+        code = await first.stop()
+    assert code == 0, first.log()
+    assert f"{CORPUS} documents embedded at startup" in first.log()
+    assert "closed the engines" in first.log()
+
+    second = _Server(tmp_path)
+    await second.start()
+    try:
+        async with aiohttp.ClientSession() as s:
+            async with s.get(second.url + "/health") as r:
+                assert (await r.json())["embedded_at_startup"] == 0
+            async with s.get(second.url + "/v1/collections") as r:
+                counts = {c["name"]: c["documents"] for c in (await r.json())["collections"]}
+            assert counts == {"wiki": CORPUS, "notes": 1}
+            body = {"query": "Which star does Zorblax orbit?", "k": 1}
+            async with s.post(second.url + "/v1/collections/notes/search", json=body) as r:
+                hit = (await r.json())["results"][0][0]
+            assert hit["document"] == "zorblax" and "Quenthari" in hit["text"]
+            async with s.get(second.url + "/metrics") as r:
+                assert "ayo_corpus_embedded_at_startup 0.0" in await r.text()
+        assert f"{CORPUS} already stored, 0 to embed" in second.log()
+        assert "0 documents embedded at startup" in second.log()
+    finally:
+        code = await second.stop()
+        second.kill()
+    assert code == 0, second.log()
