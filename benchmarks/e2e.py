@@ -1,0 +1,218 @@
+"""End to end: Ayo's optimized plans vs module by module, same engines, same run.
+
+    python -m benchmarks.e2e --data-dir DIR [--apps naive_rag,advanced_rag] [--questions 8]
+        [--rates 0.5,1] [--max-tokens 32] [--dtype float32] [--out /tmp/ayo-e2e] [--quick]
+
+Engines: the embedded default (SmolLM2-135M-Instruct, all-MiniLM-L6-v2, the reranker over it,
+faiss + BM25 over the ``wiki`` collection of ``--data-dir``, ingested first when missing).
+Questions: a seeded sample of the fanoutqa dev set (the ``fanoutqa`` package's bundled file).
+For each app: every question one at a time in both modes, then Poisson arrivals at each
+``--rates`` multiple of the module-by-module mode's serial capacity (1 / its mean latency).
+Prints one table (mean / p50 / p99 latency, throughput, speedup = module-by-module /
+optimized, answers equal per question) and writes JSON, a latency-vs-rate plot and a Gantt
+picture of one advanced_rag query per mode to ``--out`` (see ``benchmarks/e2e_core.py``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import importlib.util
+import json
+import logging
+import os
+import random
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from .common import machine, print_table
+from .e2e_core import MODES, Plan, run_all
+from .e2e_report import HEADERS, plot_latency_vs_rate, table_rows, write_gantts, write_json
+
+log = logging.getLogger("benchmarks.e2e")
+WARMUP_QUESTION = "What is a black hole?"
+
+
+def fanoutqa_questions(n: int, seed: int) -> list[str]:
+    """``n`` questions of the fanoutqa dev set, a seeded sample (the package is not imported)."""
+    spec = importlib.util.find_spec("fanoutqa")
+    if spec is None or not spec.submodule_search_locations:
+        raise RuntimeError("the fanoutqa package is not installed: pip install fanoutqa")
+    path = Path(spec.submodule_search_locations[0]) / "data" / "fanout-final-dev.json"
+    questions = [q["question"] for q in json.loads(path.read_text())]
+    if n > len(questions):
+        raise ValueError(f"--questions {n}: the dev set has {len(questions)}")
+    return random.Random(seed).sample(questions, n)
+
+
+async def ensure_wiki(store: Any, collection: str) -> None:
+    """Ingest the wiki summaries into ``collection`` unless all are there (resumes)."""
+    from ayo.engines.corpus import load_wiki
+    from ayo.ingest import ingest_all
+
+    articles = load_wiki()
+    have = {c.name: c.documents for c in store.collections()}.get(collection, 0)
+    if have >= len(articles):
+        log.info("collection %r: %d documents in %s", collection, have, store.data_dir)
+        return
+    log.info("ingesting %d wiki summaries into %r (%d present; minutes on a CPU)",
+             len(articles), collection, have)  # fmt: skip
+    summary = await ingest_all(store, collection, [a.to_document() for a in articles])
+    log.info("ingested %d documents in %.0f s", summary.documents, summary.seconds)
+
+
+def build_app(args: argparse.Namespace) -> Any:
+    from ayo.app import App
+
+    options: dict[str, Any] = {}
+    if args.split_min_tokens is not None:  # the LLM profile the prefill-split pass reads
+        from dataclasses import replace
+
+        from ayo.scheduler import DEFAULT_PROFILES
+
+        llm = replace(DEFAULT_PROFILES["llm"], prefill_split_min_tokens=args.split_min_tokens)
+        options["profiles"] = {"llm": llm}
+    if args.engines == "fake":
+        return App.fake(args.fake_delay, **options)
+    from ayo.adapters import default_engines
+
+    app = App(**options)
+    engines = default_engines(
+        args.data_dir, args.collection, dtype=args.dtype, num_threads=args.llm_threads or None,
+        embedder_threads=args.embedder_threads or None, max_new_tokens=args.max_tokens,
+    )  # fmt: skip
+    for name, engine in engines.items():
+        app.add_engine(name, engine)
+    return app
+
+
+def prefix_cache_reset(app: Any) -> Callable[[], None]:
+    """Empties the LLM engine's prefix cache (its hash table; the blocks stay allocated as
+    they are). Called only while the engine is idle, between queries (see e2e_core)."""
+    engine = app.engines.instances("llm")[0].engine
+
+    def reset() -> None:
+        engine._core.bm.hash_to_block.clear()  # benchmark-only reach into the engine
+
+    return reset
+
+
+def estimate_s(warm_ms: dict[str, float], plan: Plan) -> float:
+    """Seconds the measurements should take, from one warm-up latency per app."""
+    total = 0.0
+    serial_n = plan.serial_n or len(plan.questions)
+    for name in plan.apps:
+        lat = warm_ms[name] / 1e3
+        total += 2 * serial_n * lat
+        for mult in plan.rate_multipliers:
+            total += 2 * (len(plan.questions) / (mult / lat) + lat)
+    return total
+
+
+async def bench(args: argparse.Namespace, plan: Plan) -> tuple[list, dict[str, Any]]:
+    t_load = time.perf_counter()
+    app = build_app(args)
+    if args.engines == "default":
+        await ensure_wiki(app.engines.instances("index")[0].store, args.collection)
+    meta: dict[str, Any] = {"load_s": round(time.perf_counter() - t_load, 1)}
+    async with app:
+        warm: dict[str, float] = {}
+        for name in plan.apps:  # compiles both plans, warms the kernels and the templates
+            for mode in MODES:
+                r = await app.run(name, {"question": WARMUP_QUESTION}, optimize=mode == MODES[0])
+                warm[name] = max(warm.get(name, 0.0), r.latency_ms)
+        expected = estimate_s(warm, plan)
+        log.info("warm-up latency %s; expected duration of the measurements ~%.0f s (%.1f min)",
+                 {k: f"{v / 1e3:.1f} s" for k, v in warm.items()}, expected, expected / 60)  # fmt: skip
+        meta.update(warmup_ms=warm, expected_s=round(expected))
+        t0 = time.perf_counter()
+        reset = prefix_cache_reset(app) if args.engines == "default" else lambda: None
+        results = await run_all(app, plan, log.info, reset)
+        meta["measure_s"] = round(time.perf_counter() - t0, 1)
+        if args.engines == "default":
+            meta["llm_stats"] = str(app.engines.instances("llm")[0].engine.stats())
+    return results, meta
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m benchmarks.e2e", description=__doc__.split("\n")[0])
+    p.add_argument("--data-dir", default=None, help="RetrievalStore folder (default: "
+                   "$AYO_DATA_DIR or ~/.cache/ayo); the wiki is ingested when missing")  # fmt: skip
+    p.add_argument("--collection", default="wiki")
+    p.add_argument("--apps", default="naive_rag,advanced_rag")
+    p.add_argument("--questions", type=int, default=6, help="fanoutqa dev questions (seeded)")
+    p.add_argument("--serial-questions", type=int, default=None,
+                   help="how many of them run one at a time (default: all)")  # fmt: skip
+    p.add_argument("--rates", default="0.5,1", help="Poisson rates, multiples of the serial "
+                   "capacity of the module-by-module mode")  # fmt: skip
+    p.add_argument("--max-tokens", type=int, default=32, help="cap on every LLM call's answer")
+    p.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32")
+    p.add_argument("--llm-threads", type=int, default=1, help="torch threads of the LLM's "
+                   "worker (0: torch's default, all cores)")  # fmt: skip
+    p.add_argument("--embedder-threads", type=int, default=1, help="torch threads of the "
+                   "embedder's worker, which the reranker uses too (0: torch's default)")  # fmt: skip
+    p.add_argument("--split-min-tokens", type=int, default=None, help="the LLM profile's "
+                   "prefill_split_min_tokens (a large value turns the prefill split off)")  # fmt: skip
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", type=Path, default=Path("/tmp/ayo-e2e"), help="folder for outputs")
+    p.add_argument("--engines", choices=("default", "fake"), default="default",
+                   help="embedded engines, or the deterministic fakes (a smoke run)")  # fmt: skip
+    p.add_argument("--fake-delay", type=float, default=0.002, help="fake engines' delay (s)")
+    p.add_argument("--quick", action="store_true", help="tiny sizes: a smoke run")
+    args = p.parse_args(argv)
+    if args.quick:
+        args.questions, args.serial_questions = 2, 2
+        args.max_tokens = min(args.max_tokens, 8)
+    if args.questions < 1 or args.max_tokens < 1:
+        p.error("--questions and --max-tokens must be >= 1")
+    if args.llm_threads < 0 or args.embedder_threads < 0:
+        p.error("--llm-threads and --embedder-threads must be >= 0 (0: torch's default)")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
+    for noisy in ("faiss", "httpx", "ayo"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    args.out.mkdir(parents=True, exist_ok=True)
+    plan = Plan(
+        apps=tuple(a for a in args.apps.split(",") if a),
+        questions=tuple(fanoutqa_questions(args.questions, args.seed)),
+        rate_multipliers=tuple(float(x) for x in args.rates.split(",") if x),
+        seed=args.seed,
+        serial_n=args.serial_questions,
+    )
+    where = machine()
+    load_before = os.getloadavg()
+    log.info("machine: %s; load average %.2f %.2f %.2f", where, *load_before)
+    started = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
+    results, meta = asyncio.run(bench(args, plan))
+    load_after = os.getloadavg()
+    split = "" if args.split_min_tokens is None else f"split min {args.split_min_tokens} tokens, "
+    settings = (f"engines {args.engines}, {split}LLM {args.dtype}, max {args.max_tokens} new tokens per "
+                f"call, LLM threads {args.llm_threads or 'default'}, embedder threads "
+                f"{args.embedder_threads or 'default'}, {len(plan.questions)} fanoutqa dev "
+                f"questions (seed {args.seed})")  # fmt: skip
+    print(f"# {machine()}")
+    print(f"# {settings}; started {started}; load average before {load_before[0]:.2f}, after "
+          f"{load_after[0]:.2f} (1 min)")  # fmt: skip
+    print_table(HEADERS, table_rows(results))
+    meta.update(machine=where, settings=settings, started=started, argv=sys.argv[1:],
+                loadavg_before=load_before, loadavg_after=load_after,
+                questions=list(plan.questions))  # fmt: skip
+    write_json(args.out / "e2e.json", meta, results)
+    title = f"{where}\n{settings}"
+    plot_latency_vs_rate(args.out / "latency_vs_rate.png", results, title)
+    gantts = write_gantts(args.out, results)
+    print(f"# wrote {args.out / 'e2e.json'}, {args.out / 'latency_vs_rate.png'}"
+          + "".join(f", {g}" for g in gantts))  # fmt: skip
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

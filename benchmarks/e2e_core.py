@@ -1,0 +1,245 @@
+"""The measurement loop of ``python -m benchmarks.e2e``, independent of which engines run.
+
+One :class:`~ayo.app.App` (the same engines for both modes) runs every workload twice: with
+the optimized plan (Ayo's passes) and with ``optimize=False`` (module by module).
+
+- ``serial``: one query at a time over the questions; the two modes alternate per question and
+  so does which of them goes first (a question's prompts warm the prefix cache for whichever
+  mode runs second, so neither mode always gets that benefit).
+- ``poisson``: queries arrive as a seeded Poisson process at a given rate (the same arrival
+  times for both modes); the modes run one after the other, their order alternating per rate.
+
+``reset`` (optional) runs before every serial query and every Poisson run of a mode, while the
+engines are idle: the real benchmark empties the LLM's prefix cache there, so no query finds
+its own prompt cached by an earlier run of the same question (a module-by-module prompt would
+match whole, a split one only up to its split, which would favour one mode).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+MODES = ("optimized", "module-by-module")
+
+
+@dataclass
+class ModeRun:
+    """One mode's queries of one setting: latencies (ms), answers, traces and wall time, in
+    question order."""
+
+    mode: str
+    latencies_ms: list[float] = field(default_factory=list)
+    answers: list[str] = field(default_factory=list)
+    wall_s: float = 0.0
+    traces: list[Any] = field(default_factory=list)
+
+    @property
+    def n(self) -> int:
+        return len(self.latencies_ms)
+
+    @property
+    def mean_ms(self) -> float:
+        return statistics.fmean(self.latencies_ms)
+
+    @property
+    def p50_ms(self) -> float:
+        return percentile(self.latencies_ms, 50)
+
+    @property
+    def p99_ms(self) -> float:
+        return percentile(self.latencies_ms, 99)
+
+    @property
+    def throughput_qps(self) -> float:
+        return self.n / self.wall_s if self.wall_s > 0 else 0.0
+
+    def summary(self) -> dict[str, float | int | str]:
+        return {
+            "mode": self.mode,
+            "n": self.n,
+            "mean_ms": round(self.mean_ms, 1),
+            "p50_ms": round(self.p50_ms, 1),
+            "p99_ms": round(self.p99_ms, 1),
+            "throughput_qps": round(self.throughput_qps, 4),
+            "wall_s": round(self.wall_s, 2),
+        }
+
+
+@dataclass
+class SettingResult:
+    """Both modes of one (app, load) setting. ``rate_qps`` is None for the serial setting."""
+
+    app: str
+    load: str
+    rate_qps: float | None
+    runs: dict[str, ModeRun]
+
+    @property
+    def speedup(self) -> float:
+        """Mean latency of module-by-module over optimized (> 1: optimized is faster)."""
+        return self.runs[MODES[1]].mean_ms / self.runs[MODES[0]].mean_ms
+
+    @property
+    def speedup_p99(self) -> float:
+        return self.runs[MODES[1]].p99_ms / self.runs[MODES[0]].p99_ms
+
+    @property
+    def equal_answers(self) -> int:
+        a, b = (self.runs[m].answers for m in MODES)
+        return sum(x == y for x, y in zip(a, b))
+
+    def differing(self) -> list[int]:
+        a, b = (self.runs[m].answers for m in MODES)
+        return [i for i, (x, y) in enumerate(zip(a, b)) if x != y]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "app": self.app,
+            "load": self.load,
+            "rate_qps": self.rate_qps,
+            "speedup_mean": round(self.speedup, 4),
+            "speedup_p99": round(self.speedup_p99, 4),
+            "equal_answers": self.equal_answers,
+            "total": self.runs[MODES[0]].n,
+            "differing": self.differing(),
+            "modes": {m: r.summary() for m, r in self.runs.items()},
+            "answers": {m: r.answers for m, r in self.runs.items()},
+        }
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """Linear-interpolated percentile (``q`` in [0, 100]) of a non-empty sample."""
+    if not values:
+        raise ValueError("percentile of an empty sample")
+    xs = sorted(values)
+    pos = (len(xs) - 1) * q / 100
+    lo = int(pos)
+    hi = min(lo + 1, len(xs) - 1)
+    return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
+
+
+def poisson_arrivals(n: int, rate_qps: float, seed: int) -> list[float]:
+    """``n`` arrival times (s from 0; the first at 0) with exponential gaps of mean 1/rate."""
+    if rate_qps <= 0:
+        raise ValueError(f"rate must be > 0 queries/s, got {rate_qps}")
+    rng = random.Random(seed)
+    times, t = [], 0.0
+    for _ in range(n):
+        times.append(t)
+        t += rng.expovariate(rate_qps)
+    return times
+
+
+def _answer(outputs: dict[str, Any]) -> str:
+    return str(outputs.get("answer", outputs))
+
+
+Reset = Callable[[], None]
+
+
+def _no_reset() -> None:
+    return None
+
+
+async def run_serial(
+    app: Any, name: str, questions: Sequence[str], reset: Reset = _no_reset
+) -> SettingResult:
+    """Each question once per mode, one query at a time, modes alternating."""
+    runs = {m: ModeRun(m) for m in MODES}
+    for i, question in enumerate(questions):
+        order = MODES if i % 2 == 0 else MODES[::-1]
+        for mode in order:
+            reset()
+            t0 = time.perf_counter()
+            result = await app.run(name, {"question": question}, optimize=mode == MODES[0])
+            run = runs[mode]
+            run.wall_s += time.perf_counter() - t0
+            run.latencies_ms.append(result.latency_ms)
+            run.answers.append(_answer(result.outputs))
+            run.traces.append(result.trace)
+    return SettingResult(name, "serial", None, runs)
+
+
+async def _poisson_mode(
+    app: Any, name: str, questions: Sequence[str], arrivals: Sequence[float], mode: str
+) -> ModeRun:
+    run = ModeRun(mode)
+    loop = asyncio.get_running_loop()
+    t0 = loop.time()
+
+    async def one(question: str, at: float) -> Any:
+        await asyncio.sleep(max(0.0, t0 + at - loop.time()))  # the arrival, not a poll
+        return await app.run(name, {"question": question}, optimize=mode == MODES[0])
+
+    done = await asyncio.gather(*(one(q, a) for q, a in zip(questions, arrivals)))
+    run.wall_s = loop.time() - t0
+    run.latencies_ms = [r.latency_ms for r in done]
+    run.answers = [_answer(r.outputs) for r in done]
+    run.traces = [r.trace for r in done]
+    return run
+
+
+async def run_poisson(
+    app: Any,
+    name: str,
+    questions: Sequence[str],
+    rate_qps: float,
+    seed: int,
+    optimized_first: bool = True,
+    label: str | None = None,
+    reset: Reset = _no_reset,
+) -> SettingResult:
+    """The questions arriving at ``rate_qps`` (Poisson, seeded), once per mode."""
+    arrivals = poisson_arrivals(len(questions), rate_qps, seed)
+    runs: dict[str, ModeRun] = {}
+    for mode in MODES if optimized_first else MODES[::-1]:
+        reset()
+        runs[mode] = await _poisson_mode(app, name, questions, arrivals, mode)
+    return SettingResult(name, label or f"poisson {rate_qps:.3g}/s", rate_qps, runs)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What to run: apps, questions (first ``serial_n`` serially), rates as multiples of the
+    serial capacity of the module-by-module mode (1 / its mean serial latency)."""
+
+    apps: tuple[str, ...]
+    questions: tuple[str, ...]
+    rate_multipliers: tuple[float, ...]
+    seed: int = 0
+    serial_n: int | None = None
+
+
+async def run_all(
+    app: Any, plan: Plan, log: Callable[[str], None] = lambda _: None, reset: Reset = _no_reset
+) -> list[SettingResult]:
+    """Serial, then Poisson at each rate, for every app of ``plan``."""
+    results: list[SettingResult] = []
+    serial_questions = plan.questions[: plan.serial_n or len(plan.questions)]
+    for name in plan.apps:
+        serial = await run_serial(app, name, serial_questions, reset)
+        results.append(serial)
+        log(_line(serial))
+        capacity = 1e3 / serial.runs[MODES[1]].mean_ms
+        for j, mult in enumerate(plan.rate_multipliers):
+            label = f"poisson {mult:g}x ({mult * capacity:.3g}/s)"
+            res = await run_poisson(
+                app, name, plan.questions, mult * capacity, plan.seed + j, j % 2 == 0, label, reset
+            )
+            results.append(res)
+            log(_line(res))
+    return results
+
+
+def _line(r: SettingResult) -> str:
+    o, u = (r.runs[m] for m in MODES)
+    return (
+        f"{r.app} {r.load}: optimized mean {o.mean_ms:.0f} ms, module-by-module {u.mean_ms:.0f}"
+        f" ms, speedup {r.speedup:.2f}x, equal answers {r.equal_answers}/{o.n}"
+    )

@@ -1,0 +1,81 @@
+"""The end-to-end benchmark's loop and outputs on the deterministic fake engines (no models)."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import random
+import statistics
+
+import pytest
+
+from ayo.app import App
+from benchmarks import e2e
+from benchmarks.e2e_core import MODES, Plan, percentile, poisson_arrivals, run_all
+from benchmarks.e2e_report import HEADERS, table_rows
+
+
+def test_percentile_matches_statistics_quantiles():
+    rng = random.Random(3)
+    xs = [rng.uniform(0, 100) for _ in range(37)]
+    # statistics' "inclusive" method is the same linear interpolation between order statistics
+    cuts = statistics.quantiles(xs, n=100, method="inclusive")
+    assert percentile(xs, 50) == pytest.approx(statistics.median(xs))
+    assert percentile(xs, 99) == pytest.approx(cuts[98])
+    assert percentile([5.0], 99) == 5.0
+    with pytest.raises(ValueError):
+        percentile([], 50)
+
+
+def test_poisson_arrivals_are_seeded_with_the_requested_mean_gap():
+    a = poisson_arrivals(4000, rate_qps=2.0, seed=7)
+    assert a == poisson_arrivals(4000, rate_qps=2.0, seed=7)
+    assert a != poisson_arrivals(4000, rate_qps=2.0, seed=8)
+    gaps = [y - x for x, y in itertools.pairwise(a)]
+    assert a[0] == 0.0 and min(gaps) > 0
+    assert statistics.fmean(gaps) == pytest.approx(0.5, rel=0.05)
+    with pytest.raises(ValueError):
+        poisson_arrivals(3, 0.0, 0)
+
+
+async def test_core_loop_on_fakes_gives_equal_answers_and_a_full_table():
+    questions = tuple(e2e.fanoutqa_questions(3, seed=1))
+    assert len(set(questions)) == 3 and all(q.endswith("?") for q in questions)
+    plan = Plan(("naive_rag", "advanced_rag"), questions, (0.5, 2.0), seed=1)
+    async with App.fake(delay_s=0.001) as app:
+        results = await run_all(app, plan)
+    assert [(r.app, r.rate_qps is None) for r in results] == [
+        ("naive_rag", True), ("naive_rag", False), ("naive_rag", False),
+        ("advanced_rag", True), ("advanced_rag", False), ("advanced_rag", False),
+    ]  # fmt: skip
+    for r in results:
+        assert set(r.runs) == set(MODES)
+        assert all(r.runs[m].n == 3 for m in MODES)
+        # deterministic fakes: every pass keeps the answer, under any batching
+        assert r.equal_answers == 3 and r.differing() == []
+        assert r.runs[MODES[0]].answers[0] != r.runs[MODES[0]].answers[1]
+        assert r.speedup == pytest.approx(r.runs[MODES[1]].mean_ms / r.runs[MODES[0]].mean_ms)
+    # the two Poisson rates are the multiples of the module-by-module serial capacity
+    serial = results[3].runs[MODES[1]].mean_ms
+    assert results[4].rate_qps == pytest.approx(0.5e3 / serial)
+    assert results[5].rate_qps == pytest.approx(2e3 / serial)
+    rows = table_rows(results)
+    assert len(rows) == 2 * len(results) and all(len(row) == len(HEADERS) for row in rows)
+    assert rows[0][2] == MODES[0] and rows[1][2] == MODES[1] and rows[0][-1] == "3/3"
+
+
+def test_cli_on_fakes_writes_table_json_plot_and_gantts(tmp_path, capsys):
+    argv = ["--engines", "fake", "--fake-delay", "0", "--quick", "--rates", "4"]
+    assert e2e.main([*argv, "--out", str(tmp_path)]) == 0
+    printed = capsys.readouterr().out
+    assert "speedup mean" in printed and "cores" in printed
+    data = json.loads((tmp_path / "e2e.json").read_text())
+    assert len(data["settings"]) == 4 and data["machine"]
+    assert all(s["equal_answers"] == s["total"] == 2 for s in data["settings"])
+    pictures = ["latency_vs_rate"] + [
+        f"gantt_advanced_rag_{tag}_{mode}" for tag in ("serial", "poisson") for mode in MODES
+    ]
+    for name in pictures:
+        assert (tmp_path / f"{name}.png").read_bytes()[:4] == b"\x89PNG"
+    chrome = json.loads((tmp_path / "gantt_advanced_rag_serial_optimized.json").read_text())
+    assert {e["name"] for e in chrome["traceEvents"]} >= {"expansion.decode", "rerank.rerank"}
