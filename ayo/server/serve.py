@@ -7,6 +7,7 @@ takes minutes; the log says so), so every request the server answers sees the wh
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import signal
 
@@ -64,3 +65,10 @@ async def serve(config: ServerConfig) -> None:
         if runner is not None:
             await runner.cleanup()
         await close_state(state)
+        if config.gc_tuning:
+            # Give the frozen startup heap back to the collector: left frozen, the objects it
+            # holds outlive interpreter shutdown and triton's nanobind reports them as leaks.
+            from ayo.scheduler.serving_gc import restore_gc
+
+            restore_gc()
+            gc.collect()
