@@ -96,7 +96,8 @@ def _hit_doc(hit: Any) -> Doc:
 def _missing(collection: str, store: Any) -> ValueError:
     return ValueError(
         f"collection {collection!r} is not in the data directory {store.data_dir}: ingest it "
-        f"with `python -m ayo.ingest wiki --collection {collection} --data-dir {store.data_dir}`"
+        f"with `python -m ayo.ingest wiki --collection {collection} --data-dir {store.data_dir}` "
+        "(or start `python -m ayo.server` once on that data directory)"
     )
 
 
@@ -171,7 +172,7 @@ class RerankerAdapter:
 
 def default_engines(
     data_dir: str | Path | None = None,
-    collection: str = "default",
+    collection: str = "wiki",
     llm: str = "smollm2-135m-instruct",
     *,
     embedder_threads: int | None = None,

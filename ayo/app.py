@@ -306,9 +306,7 @@ class App:
         return app
 
     @classmethod
-    def default(
-        cls, data_dir: str | None = None, collection: str = "default", **options: Any
-    ) -> App:
+    def default(cls, data_dir: str | None = None, collection: str = "wiki", **options: Any) -> App:
         """An App on the embedded engines (LLM, embedder, reranker, indexes over the
         RetrievalStore in ``data_dir``, searching ``collection`` when a query brings no
         documents): see :mod:`ayo.adapters`. Loads models (seconds). Raises RuntimeError

@@ -122,6 +122,8 @@ def add_run_parser(sub: Any) -> None:
     )
     run.add_argument("--data-dir", default=None, help="RetrievalStore folder (default engines)")
     run.add_argument(
-        "--collection", default="default", help="stored collection searched without documents"
+        "--collection",
+        default="wiki",
+        help="stored collection searched without documents (the server's corpus: wiki)",
     )
     run.set_defaults(func=cmd_run)
