@@ -117,10 +117,11 @@ class AppMetrics:
 
     def batch(self, record: BatchRecord) -> None:
         """One finished engine batch: its size, and each request's queued + run time."""
-        sizes = self._batch_sizes.get(record.engine)
-        if sizes is None:
-            sizes = self._batch_sizes[record.engine] = self.batch_size.labels(record.engine)
-        sizes.observe(len(record.requests))  # type: ignore[attr-defined]
+        if not record.folded:
+            sizes = self._batch_sizes.get(record.engine)
+            if sizes is None:
+                sizes = self._batch_sizes[record.engine] = self.batch_size.labels(record.engine)
+            sizes.observe(len(record.requests))  # type: ignore[attr-defined]
         rows, engine, ended = self._rows, record.engine, record.ended
         bounds, find = self.primitive_latency.bounds, bisect_left
         for r in record.requests:

@@ -6,10 +6,17 @@ then queued prefills). Prefills go through the instance's engine scheduler, so t
 policy orders them when the engine is saturated; the engine batches running prefills and decode
 steps itself (continuous batching). Decodes pass straight through, reported as trace records and,
 piece by piece, to the query (for streamed answers).
+
+A prompt's early part (a PartialPrefill) is prefilled only when it costs nothing: it is held
+(:meth:`BatchedLLM.prefill_when_idle`) until its instance has no prefill queued or running and no
+decode running, then computed in that idle gap; if the sequence's next prefill or its decode comes
+first, the held tokens are computed together with it, in one request. So on a busy LLM the split
+adds no engine step and reorders nothing, and on an idle one it fills time the LLM had to spare.
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -28,6 +35,21 @@ class PooledSeq:
 
     instance: int
     seq: Any
+
+
+IDLE_GRACE_S = 0.002  # how long an instance must stay idle before held prefills go in
+
+
+@dataclass(eq=False)
+class _Held:
+    """Tokens of a sequence held for an idle gap: the request (built on behalf of the primitive
+    that asked, for its trace row) and, once issued, its future."""
+
+    instance: int
+    raw: Any
+    tokens: list[int]
+    request: Any
+    future: Awaitable[Any] | None = None
 
 
 class BatchedLLM:
@@ -67,6 +89,9 @@ class BatchedLLM:
         self.on_batch = on_batch
         self._clock = clock
         self._open = [0] * len(self.instances)
+        self._busy = [0] * len(self.instances)  # prefills queued or running, decodes running
+        self._armed = [False] * len(self.instances)  # an idle look-again is scheduled
+        self._held: dict[Any, _Held] = {}  # _key(instance, sequence) -> held tokens, oldest first
         self._rows = (
             [name] if len(instances) == 1 else [f"{name}#{i}" for i in range(len(instances))]
         )
@@ -99,27 +124,112 @@ class BatchedLLM:
 
     async def close(self, seq: Any) -> None:
         i, raw = self._route(seq)
+        held = self._held.pop(_key(i, raw), None)
+        if held is not None and held.future is not None:
+            held.future.cancel()  # withdrawn if still queued
         await self.instances[i].close(raw)
         self._open[i] = max(0, self._open[i] - 1)
 
     def prefill(self, seq: Any, tokens: list[int]) -> Awaitable[None]:
-        """Awaitable (the queued request's future, as in ``ayo.scheduler.batched``)."""
+        """Awaitable (the queued request's future, as in ``ayo.scheduler.batched``). Tokens held
+        by :meth:`prefill_when_idle` and not yet issued go first, in the same request."""
         i, raw = self._route(seq)
-        if self.schedulers is None:
-            return self.instances[i].prefill(raw, tokens)
+        held = self._held.pop(_key(i, raw), None)
+        if held is not None:
+            if held.future is not None:  # already running: the rest follows it
+                return self._after(held.future, i, raw, list(tokens))
+            tokens = held.tokens + list(tokens)
+        future = self._issue(i, make_request(PrefillCall(raw, list(tokens)), 1, len(tokens)))
+        if held is not None:
+            self._trace_folded(i, held, future)
+        return future
+
+    def prefill_when_idle(self, seq: Any, tokens: list[int]) -> None:
+        """Hold ``tokens`` (the next ones of ``seq``) until the instance is idle, then prefill
+        them; the sequence's next :meth:`prefill` or :meth:`decode` takes them along if that
+        comes first. Returns at once; an error surfaces at that next call."""
+        if not tokens:
+            return
+        i, raw = self._route(seq)
+        if _key(i, raw) in self._held:
+            raise RuntimeError("prefill_when_idle twice on one sequence without a prefill between")
         request = make_request(PrefillCall(raw, list(tokens)), 1, len(tokens))
-        return self.schedulers[i].enqueue(request)
+        request.enqueued_at = self._clock()
+        self._held[_key(i, raw)] = _Held(i, raw, list(tokens), request)
+        self._arm(i)
+
+    def _issue(self, i: int, request: Any) -> Awaitable[None]:
+        if self.schedulers is None:
+            future: Awaitable[Any] = asyncio.ensure_future(
+                self.instances[i].prefill(request.payload.seq, request.payload.tokens)
+            )
+        else:
+            future = self.schedulers[i].enqueue(request)
+        self._busy[i] += 1
+        future.add_done_callback(lambda _: self._idle_check(i))  # type: ignore[attr-defined]
+        return future
+
+    def _idle_check(self, i: int) -> None:
+        self._busy[i] -= 1
+        self._arm(i)
+
+    def _arm(self, i: int) -> None:
+        """If instance ``i`` looks idle with tokens held, look again in ``IDLE_GRACE_S``: the
+        work that usually follows at once (a sequence's decode after its prefill, the next
+        step of a chain, the other prefills of a query that just started) must not find the
+        held prefills in its way."""
+        if self._busy[i] or self._armed[i] or not self._held:
+            return
+        self._armed[i] = True
+        asyncio.get_running_loop().call_later(IDLE_GRACE_S, self._issue_held, i)
+
+    def _issue_held(self, i: int) -> None:
+        """Issue every held prefill of instance ``i`` if it is idle (they batch together)."""
+        self._armed[i] = False
+        if self._busy[i] or not self._held:
+            return
+        for held in self._held.values():
+            if held.instance == i and held.future is None:
+                held.future = self._issue(i, held.request)
+                held.future.add_done_callback(_retrieve)  # type: ignore[attr-defined]
+
+    async def _after(self, first: Awaitable[Any], i: int, raw: Any, tokens: list[int]) -> None:
+        await first
+        if tokens:
+            await self._issue(i, make_request(PrefillCall(raw, tokens), 1, len(tokens)))
+
+    async def _flush(self, i: int, raw: Any) -> None:
+        """Compute the tokens still held for ``raw`` (before its decode)."""
+        held = self._held.pop(_key(i, raw), None)
+        if held is not None:
+            await (held.future if held.future is not None else self._issue(i, held.request))
+
+    def _trace_folded(self, i: int, held: _Held, future: Any) -> None:
+        """The held primitive's trace row: computed inside ``future``'s request."""
+        if self.on_batch is None:
+            return
+        started, on_batch, row = self._clock(), self.on_batch, self._rows[i]
+
+        def record(f: Any) -> None:
+            ok = not f.cancelled() and f.exception() is None
+            on_batch(BatchRecord(row, (held.request,), started, self._clock(), ok, folded=True))
+
+        future.add_done_callback(record)
 
     async def decode(self, seq: Any, params: DecodeParams) -> AsyncIterator[Any]:
         i, raw = self._route(seq)
         info = CURRENT.get()
         enqueued = self._clock()
         admission = self.admissions[i] if self.admissions is not None else None
-        if admission is not None:
-            await admission.acquire(make_request(None))
-        started = self._clock()
-        pieces, ok = 0, False
+        self._busy[i] += 1  # from the start: a decode waiting for KV room keeps the LLM busy too
+        acquired, pieces, ok = False, 0, False
+        started = enqueued
         try:
+            await self._flush(i, raw)
+            if admission is not None:
+                await admission.acquire(make_request(None))
+                acquired = True
+            started = self._clock()
             async for piece in self.instances[i].decode(raw, params):
                 pieces += 1
                 if info is not None:
@@ -127,9 +237,26 @@ class BatchedLLM:
                 yield piece
             ok = True
         finally:
-            if admission is not None:
-                admission.release()
+            self._idle_check(i)
+            if acquired:
+                admission.release()  # type: ignore[union-attr]
             if self.on_batch is not None:
                 request = make_request(None, 1, pieces)
                 request.enqueued_at = enqueued
                 self.on_batch(BatchRecord(self._rows[i], (request,), started, self._clock(), ok))
+
+
+def _key(instance: int, raw: Any) -> Any:
+    """A sequence's key: the engine's handle itself (an int, a hashable object), else its id."""
+    try:
+        hash(raw)
+    except TypeError:
+        return instance, id(raw)
+    return instance, raw
+
+
+def _retrieve(future: Any) -> None:
+    """Mark a held prefill's error as seen: a query that ends before it needs that prefill
+    (cancelled, failed elsewhere) must not leave an unretrieved-exception warning."""
+    if not future.cancelled():
+        future.exception()

@@ -42,13 +42,16 @@ class BatchRunner(Protocol):
 
 @dataclass(frozen=True)
 class BatchRecord:
-    """One finished batch, for traces and metrics (times from the scheduler's clock)."""
+    """One finished batch, for traces and metrics (times from the scheduler's clock).
+    ``folded``: a held prefill computed inside another request of its sequence (see
+    ``batched_llm``): traced, not counted as a batch of its own."""
 
     engine: str
     requests: tuple[PendingRequest, ...]
     started: float
     ended: float
     ok: bool
+    folded: bool = False
 
 
 class _RequestFuture(asyncio.Future):
