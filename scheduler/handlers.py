@@ -13,7 +13,6 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from .eager import resume
 from .engine_api import DecodeParams
 from .functions import get_map
 from .graph import Node
@@ -36,13 +35,9 @@ class QueryContext:
     engines: Mapping[str, Any]
     temp_collections: set[tuple[str, str]] = field(default_factory=set)
     open_seqs: dict[tuple[str, int], Any] = field(default_factory=dict)
-    closing: set[asyncio.Task[Any]] = field(default_factory=set)
 
     async def release(self) -> None:
-        """Wait for the closes still running, close sequences left open (a failed or cancelled
-        query) and drop temp collections."""
-        while self.closing:
-            await asyncio.gather(*list(self.closing))
+        """Close sequences left open (a failed or cancelled query) and drop temp collections."""
         for (engine, _), seq in list(self.open_seqs.items()):
             await self.engines[engine].close(seq)
         self.open_seqs.clear()
@@ -56,18 +51,8 @@ class QueryContext:
         return seq
 
     async def close_seq(self, engine: str, seq: Any) -> None:
-        """Close ``seq`` without waiting for the engine to get to it (an LLM mid-step, e.g.
-        on another sequence's prefill, must not hold up what this primitive's end makes
-        ready); :meth:`release` waits for it, and raises its error, when the query ends."""
         self.open_seqs.pop((engine, id(seq)), None)
-        coro = self.engines[engine].close(seq)
-        try:
-            waited = coro.send(None)
-        except StopIteration:
-            return  # closed at once
-        task = asyncio.get_running_loop().create_task(resume(coro, waited))
-        self.closing.add(task)
-        task.add_done_callback(self.closing.discard)
+        await self.engines[engine].close(seq)
 
     def engine(self, node: Node) -> Any:
         try:
@@ -115,14 +100,7 @@ async def _partial_prefill(node: Node, inputs: dict[str, Any], ctx: QueryContext
     llm, prompt = ctx.engine(node), node.config["prompt"]
     head = Prompt(prompt.template[: node.config["split_at"]])
     ids = llm.tokenizer.encode(head.render(inputs))[:-1]
-    when_idle = getattr(llm, "prefill_when_idle", None)
-    if when_idle is None or not ids:
-        return {"seq": await _open_prefilled(ctx, node.engine, ids)}
-    # Computed in the LLM's next idle gap, or with the FullPrefill if that comes first
-    # (ayo.scheduler.batched_llm): the split never costs an engine step on a busy LLM.
-    seq = await ctx.open_seq(node.engine)
-    when_idle(seq, ids)
-    return {"seq": SeqHandle(node.engine, seq, tuple(ids))}
+    return {"seq": await _open_prefilled(ctx, node.engine, ids)}
 
 
 async def _full_prefill(node: Node, inputs: dict[str, Any], ctx: QueryContext) -> dict[str, Any]:
