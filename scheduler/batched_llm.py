@@ -92,6 +92,7 @@ class BatchedLLM:
         self._busy = [0] * len(self.instances)  # prefills queued or running, decodes running
         self._armed = [False] * len(self.instances)  # an idle look-again is scheduled
         self._held: dict[Any, _Held] = {}  # _key(instance, sequence) -> held tokens, oldest first
+        self._unissued: list[dict[Any, _Held]] = [{} for _ in self.instances]  # per instance
         self._rows = (
             [name] if len(instances) == 1 else [f"{name}#{i}" for i in range(len(instances))]
         )
@@ -124,7 +125,7 @@ class BatchedLLM:
 
     async def close(self, seq: Any) -> None:
         i, raw = self._route(seq)
-        held = self._held.pop(_key(i, raw), None)
+        held = self._take(i, raw)
         if held is not None and held.future is not None:
             held.future.cancel()  # withdrawn if still queued
         await self.instances[i].close(raw)
@@ -134,7 +135,7 @@ class BatchedLLM:
         """Awaitable (the queued request's future, as in ``ayo.scheduler.batched``). Tokens held
         by :meth:`prefill_when_idle` and not yet issued go first, in the same request."""
         i, raw = self._route(seq)
-        held = self._held.pop(_key(i, raw), None)
+        held = self._take(i, raw)
         if held is not None:
             if held.future is not None:  # already running: the rest follows it
                 return self._after(held.future, i, raw, list(tokens))
@@ -155,7 +156,8 @@ class BatchedLLM:
             raise RuntimeError("prefill_when_idle twice on one sequence without a prefill between")
         request = make_request(PrefillCall(raw, list(tokens)), 1, len(tokens))
         request.enqueued_at = self._clock()
-        self._held[_key(i, raw)] = _Held(i, raw, list(tokens), request)
+        held = self._held[_key(i, raw)] = _Held(i, raw, list(tokens), request)
+        self._unissued[i][_key(i, raw)] = held
         self._arm(i)
 
     def _issue(self, i: int, request: Any) -> Awaitable[None]:
@@ -178,7 +180,7 @@ class BatchedLLM:
         work that usually follows at once (a sequence's decode after its prefill, the next
         step of a chain, the other prefills of a query that just started) must not find the
         held prefills in its way."""
-        if self._busy[i] or self._armed[i] or not self._held:
+        if self._busy[i] or self._armed[i] or not self._unissued[i]:
             return
         self._armed[i] = True
         asyncio.get_running_loop().call_later(IDLE_GRACE_S, self._issue_held, i)
@@ -186,12 +188,18 @@ class BatchedLLM:
     def _issue_held(self, i: int) -> None:
         """Issue every held prefill of instance ``i`` if it is idle (they batch together)."""
         self._armed[i] = False
-        if self._busy[i] or not self._held:
+        if self._busy[i] or not self._unissued[i]:
             return
-        for held in self._held.values():
-            if held.instance == i and held.future is None:
-                held.future = self._issue(i, held.request)
-                held.future.add_done_callback(_retrieve)  # type: ignore[attr-defined]
+        waiting, self._unissued[i] = self._unissued[i], {}
+        for held in waiting.values():
+            held.future = self._issue(i, held.request)
+            held.future.add_done_callback(_retrieve)  # type: ignore[attr-defined]
+
+    def _take(self, i: int, raw: Any) -> _Held | None:
+        """Remove and return the sequence's held tokens (issued or not)."""
+        key = _key(i, raw)
+        self._unissued[i].pop(key, None)
+        return self._held.pop(key, None)
 
     async def _after(self, first: Awaitable[Any], i: int, raw: Any, tokens: list[int]) -> None:
         await first
@@ -200,7 +208,7 @@ class BatchedLLM:
 
     async def _flush(self, i: int, raw: Any) -> None:
         """Compute the tokens still held for ``raw`` (before its decode)."""
-        held = self._held.pop(_key(i, raw), None)
+        held = self._take(i, raw)
         if held is not None:
             await (held.future if held.future is not None else self._issue(i, held.request))
 
