@@ -94,43 +94,33 @@ def _object(required: list[str], **props: Any) -> dict[str, Any]:
     return {"type": "object", "required": required, "properties": props}
 
 
-_COMPLETION = _object(
-    ["id", "object", "created", "model", "choices", "usage"],
-    id={"type": "string"},
-    object={"const": "text_completion"},
-    created={"type": "integer"},
-    model={"type": "string"},
-    choices={
-        "type": "array",
-        "items": _object(
-            ["index", "text", "finish_reason"],
-            index={"type": "integer"},
-            text={"type": "string"},
-            logprobs={"type": "null"},
-            finish_reason=_FINISH,
-        ),
-    },
-    usage=_USAGE,
-)
-_CHAT = _object(
-    ["id", "object", "created", "model", "choices", "usage"],
-    id={"type": "string"},
-    object={"const": "chat.completion"},
-    created={"type": "integer"},
-    model={"type": "string"},
-    choices={
-        "type": "array",
-        "items": _object(
-            ["index", "message", "finish_reason"],
-            index={"type": "integer"},
-            message=_object(
-                ["role", "content"], role={"const": "assistant"}, content={"type": "string"}
+def _response(object_name: str, content: str, content_schema: dict[str, Any]) -> dict[str, Any]:
+    """A (chat) completion response: one choice carrying ``content``."""
+    return _object(
+        ["id", "object", "created", "model", "choices", "usage"],
+        id={"type": "string"},
+        object={"const": object_name},
+        created={"type": "integer"},
+        model={"type": "string"},
+        choices={
+            "type": "array",
+            "items": _object(
+                ["index", content, "finish_reason"],
+                index={"type": "integer"},
+                logprobs={"type": "null"},
+                finish_reason=_FINISH,
+                **{content: content_schema},
             ),
-            logprobs={"type": "null"},
-            finish_reason=_FINISH,
-        ),
-    },
-    usage=_USAGE,
+        },
+        usage=_USAGE,
+    )
+
+
+_COMPLETION = _response("text_completion", "text", {"type": "string"})
+_CHAT = _response(
+    "chat.completion",
+    "message",
+    _object(["role", "content"], role={"const": "assistant"}, content={"type": "string"}),
 )
 _MESSAGE = _object(
     ["role"],

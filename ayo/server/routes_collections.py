@@ -97,25 +97,23 @@ async def ingest(request: web.Request) -> web.Response:
     )
 
 
+def _collection_json(c: Any) -> dict[str, Any]:
+    """A ``RetrievalStore`` collection summary as the API shows it."""
+    return {
+        "name": c.name,
+        "documents": c.documents,
+        "chunks": c.chunks,
+        "vectors": c.vectors,
+        "dim": c.dim,
+        "embedder": c.embedder,
+    }
+
+
 async def list_collections(request: web.Request) -> web.Response:
     """``{"collections": [{"name", "documents", "chunks", "vectors", "dim", "embedder"}]}``."""
     store = request.app[STATE].store
     rows = await asyncio.to_thread(store.collections)
-    return web.json_response(
-        {
-            "collections": [
-                {
-                    "name": c.name,
-                    "documents": c.documents,
-                    "chunks": c.chunks,
-                    "vectors": c.vectors,
-                    "dim": c.dim,
-                    "embedder": c.embedder,
-                }
-                for c in rows
-            ]
-        }
-    )
+    return web.json_response({"collections": [_collection_json(c) for c in rows]})
 
 
 async def get_collection(request: web.Request) -> web.Response:
@@ -123,16 +121,7 @@ async def get_collection(request: web.Request) -> web.Response:
     name = request.match_info["name"]
     for c in await asyncio.to_thread(store.collections):
         if c.name == name:
-            return web.json_response(
-                {
-                    "name": c.name,
-                    "documents": c.documents,
-                    "chunks": c.chunks,
-                    "vectors": c.vectors,
-                    "dim": c.dim,
-                    "embedder": c.embedder,
-                }
-            )
+            return web.json_response(_collection_json(c))
     raise ApiError(404, "not_found_error", f"unknown collection {name!r}")
 
 
