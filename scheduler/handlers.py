@@ -8,6 +8,7 @@ chunk, with the item port holding that chunk's items, so streamed and whole runs
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
@@ -97,10 +98,23 @@ async def _prefill(node: Node, inputs: dict[str, Any], ctx: QueryContext) -> dic
 async def _partial_prefill(node: Node, inputs: dict[str, Any], ctx: QueryContext) -> dict[str, Any]:
     # The early text is a prefix of the full prompt. Its last token may merge with the text that
     # follows, so it is held back: FullPrefill tokenizes the whole prompt once and appends the rest.
-    llm, prompt = ctx.engine(node), node.config["prompt"]
-    head = Prompt(prompt.template[: node.config["split_at"]])
+    llm = ctx.engine(node)
+    head = _head(node.config["prompt"], node.config["split_at"])
     ids = llm.tokenizer.encode(head.render(inputs))[:-1]
-    return {"seq": await _open_prefilled(ctx, node.engine, ids)}
+    when_idle = getattr(llm, "prefill_when_idle", None)
+    if when_idle is None or not ids:
+        return {"seq": await _open_prefilled(ctx, node.engine, ids)}
+    # Computed in the LLM's next idle gap, or with the FullPrefill if that comes first
+    # (ayo.scheduler.batched_llm): the split never costs an engine step on a busy LLM.
+    seq = await ctx.open_seq(node.engine)
+    when_idle(seq, ids)
+    return {"seq": SeqHandle(node.engine, seq, tuple(ids))}
+
+
+@functools.lru_cache(maxsize=1024)
+def _head(prompt: Prompt, split_at: int) -> Prompt:
+    """The template before ``split_at`` (parsed once per plan node, not per query)."""
+    return Prompt(prompt.template[:split_at])
 
 
 async def _full_prefill(node: Node, inputs: dict[str, Any], ctx: QueryContext) -> dict[str, Any]:

@@ -61,7 +61,9 @@ class Prompt:
 
     def render(self, values: Mapping[str, str]) -> str:
         """Substitute every placeholder; raises PromptError when one is missing."""
-        self.check_bindings({k: v for k, v in values.items() if k in self.placeholders})
+        for name in self.placeholders:
+            if name not in values:
+                raise PromptError(f"placeholder {{{name}}} is not bound")
         return self.template.format_map(values)
 
     def split_offset(self, early: set[str]) -> int:

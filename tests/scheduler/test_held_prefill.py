@@ -115,3 +115,27 @@ async def test_closing_a_sequence_drops_its_held_tokens() -> None:
     assert engine.prefill_calls == [] and engine.open_sequences == 1
     await llm.close(other)
     await scheds[0].stop()
+
+
+async def test_app_holds_partial_prefills_for_an_idle_gap(monkeypatch) -> None:
+    """The PartialPrefill handler goes through ``prefill_when_idle`` (not a plain prefill), and
+    the optimized plan still answers as the module-by-module one, with a trace row per primitive."""
+    from ayo.app import App
+
+    held: list[int] = []
+    original = BatchedLLM.prefill_when_idle
+
+    def spy(self: BatchedLLM, seq: object, tokens: list[int]) -> None:
+        held.append(len(tokens))
+        original(self, seq, tokens)
+
+    monkeypatch.setattr(BatchedLLM, "prefill_when_idle", spy)
+    inputs = {"question": "why is the sky blue"}
+    async with App.fake() as app:
+        plan = app.plan("naive_rag", inputs)
+        partial = [n.id for n in plan.nodes if n.op.value == "PartialPrefill"]
+        optimized = await app.run("naive_rag", inputs)
+        reference = await app.run("naive_rag", inputs, optimize=False)
+    assert partial and len(held) == len(partial) and all(n > 0 for n in held)
+    assert optimized.outputs == reference.outputs
+    assert set(partial) <= {s.node_id for s in optimized.trace.spans}
