@@ -27,7 +27,7 @@ from ayo.apps import APPS, AppTemplate
 from ayo.engine_set import EngineConfig, EngineSet
 from ayo.metrics import AppMetrics
 from ayo.plan_cache import PlanCache
-from ayo.scheduler import EngineProfile, Node, Plan, RegexTokenizer
+from ayo.scheduler import EngineProfile, Plan, RegexTokenizer
 from ayo.scheduler.engine_scheduler import BatchRecord, QueueFull
 from ayo.scheduler.runtime import GraphRun, PlanCosts, answer_nodes
 from ayo.scheduler.simulation import VirtualClockLoop
@@ -178,7 +178,7 @@ class App:
             KeyError: unknown workflow. ``PlanError``: inputs that do not fit it.
             ``ExecutionError``: a primitive failed (named in the message, cause chained).
         """
-        return await self._admitted(wait, lambda: self._run(name, inputs, optimize, deadline, None))
+        return await self._run(name, inputs, optimize, deadline, None, wait)
 
     async def stream(
         self,
@@ -193,9 +193,7 @@ class App:
         Leaving the loop early cancels the query (and releases its engine state)."""
         pieces: asyncio.Queue[str | None] = asyncio.Queue()
         task = asyncio.ensure_future(
-            self._admitted(
-                wait, lambda: self._run(name, inputs, optimize, deadline, pieces.put_nowait)
-            )
+            self._run(name, inputs, optimize, deadline, pieces.put_nowait, wait)
         )
         task.add_done_callback(lambda _: pieces.put_nowait(None))
         try:
@@ -208,22 +206,6 @@ class App:
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
 
-    async def _admitted(self, wait: bool, start: Callable[[], Any]) -> QueryResult:
-        """``await start()`` holding one of the ``max_queries`` slots."""
-        if self._slots is not None:
-            if not wait and self._slots.locked():
-                raise QueueFull(
-                    f"{self.max_queries} queries are in flight (App max_queries); retry later"
-                )
-            await self._slots.acquire()
-        self.in_flight += 1
-        try:
-            return await start()
-        finally:
-            self.in_flight -= 1
-            if self._slots is not None:
-                self._slots.release()
-
     async def _run(
         self,
         name: str,
@@ -231,39 +213,57 @@ class App:
         optimize: bool,
         deadline: float | None,
         on_piece: Callable[[str], None] | None,
+        wait: bool,
     ) -> QueryResult:
+        """One query, holding one of the ``max_queries`` slots (one coroutine for all of it:
+        every engine result the query awaits resumes this frame stack)."""
         if deadline is not None and deadline <= 0:
             raise ValueError(f"deadline must be > 0 seconds, got {deadline}")
         target = self._workflow(name)
-        await self.start()
-        plan = self.plans.get(target, InputShape.of(inputs), optimize=optimize)
-        query_id = next(self._ids)
-        start = self._clock()
-        trace = self._traces[query_id] = Trace(origin=start)
-        run = GraphRun(
-            plan,
-            inputs,
-            self.engines.proxies,
-            query_id=query_id,
-            costs=self._plan_costs(plan),
-            deadline=None if deadline is None else start + deadline,
-            stream_nodes=answer_nodes(plan) if on_piece else frozenset(),
-            on_piece=on_piece,
-            on_control=lambda node, t0, t1, ok: trace.add_row(
-                _control_span(query_id, node, t0, t1, ok)
-            ),
-            clock=self._clock,
-        )
+        slots = self._slots
+        if slots is not None:
+            if not wait and slots.locked():
+                raise QueueFull(
+                    f"{self.max_queries} queries are in flight (App max_queries); retry later"
+                )
+            await slots.acquire()
+        self.in_flight += 1
         try:
-            outputs = await run.run()
-        except BaseException as exc:
-            self.metrics.query_failed(name, exc)
-            raise
+            if not self.engines.started:
+                await self.start()
+            plan = self.plans.get(target, InputShape.of(inputs), optimize=optimize)
+            query_id = next(self._ids)
+            start = self._clock()
+            trace = self._traces[query_id] = Trace(origin=start)
+            add_row = trace.add_row
+            run = GraphRun(
+                plan,
+                inputs,
+                self.engines.proxies,
+                query_id=query_id,
+                costs=self._plan_costs(plan),
+                deadline=None if deadline is None else start + deadline,
+                stream_nodes=answer_nodes(plan) if on_piece else frozenset(),
+                on_piece=on_piece,
+                on_control=lambda node, t0, t1, ok: add_row(
+                    (query_id, node.id, "control", t0, t0, t1, 1, ok)  # a control Span's fields
+                ),
+                clock=self._clock,
+            )
+            try:
+                outputs = await run.run()
+            except BaseException as exc:
+                self.metrics.query_failed(name, exc)
+                raise
+            finally:
+                del self._traces[query_id]
+            seconds = self._clock() - start
+            self.metrics.query_done(name, seconds)
+            return QueryResult(name, query_id, outputs, seconds * 1e3, trace)
         finally:
-            del self._traces[query_id]
-        seconds = self._clock() - start
-        self.metrics.query_done(name, seconds)
-        return QueryResult(name, query_id, outputs, seconds * 1e3, trace)
+            self.in_flight -= 1
+            if slots is not None:
+                slots.release()
 
     def _workflow(self, name: str) -> AppTemplate | Workflow:
         try:
@@ -317,8 +317,3 @@ class App:
         for name, engine in default_engines(data_dir, collection).items():
             app.add_engine(name, engine)
         return app
-
-
-def _control_span(query_id: int, node: Node, start: float, end: float, ok: bool) -> tuple:
-    """A control primitive's :class:`Span`, as the row ``Trace.add_row`` takes."""
-    return (query_id, node.id, "control", start, start, end, 1, ok)

@@ -233,7 +233,8 @@ class BatchedLLM:
         acquired, pieces, ok = False, 0, False
         started = enqueued
         try:
-            await self._flush(i, raw)
+            if self._held and _key(i, raw) in self._held:
+                await self._flush(i, raw)
             if admission is not None:
                 await admission.acquire(make_request(None))
                 acquired = True

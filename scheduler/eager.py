@@ -27,7 +27,7 @@ async def gather_eager(coros: list[Coroutine[Any, Any, Any]]) -> list[Any]:
         except (Exception, asyncio.CancelledError) as exc:
             out[i] = exc
         else:
-            later.append((i, loop.create_task(_resume(coro, waited))))
+            later.append((i, loop.create_task(resume(coro, waited))))
     try:
         for i, task in later:  # in order: usually one wake-up for all of them
             try:
@@ -46,7 +46,7 @@ async def gather_eager(coros: list[Coroutine[Any, Any, Any]]) -> list[Any]:
     return out
 
 
-async def _resume(coro: Coroutine[Any, Any, Any], waited: Any) -> Any:
+async def resume(coro: Coroutine[Any, Any, Any], waited: Any) -> Any:
     """Run ``coro`` on from its suspension on ``waited`` (what it yielded: by asyncio's
     protocol a future, or None for a bare yield). A cancellation of this task cancels that
     future, which ``coro`` then sees, as it would in a task of its own."""

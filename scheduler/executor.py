@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+from collections import defaultdict
 from collections.abc import Mapping
 from typing import Any
 
@@ -36,14 +37,12 @@ class QueryRun:
         self.plan = plan
         self.ctx = QueryContext(query_id or f"q{next(_ids)}", engines)
         self._inputs = dict(inputs)
-        self._inbox: dict[str, dict[str, Any]] = {n.id: {} for n in plan.nodes}
-        self._pending = {n.id: 0 for n in plan.nodes}
-        self._queues: dict[Edge, asyncio.Queue[Chunk | EndOfStream]] = {}
-        for e in plan.edges:
-            if e.kind == EdgeKind.STREAM:
-                self._queues[e] = asyncio.Queue()
-            else:
-                self._pending[e.dst] += 1
+        shape = plan.run_shape
+        self._inbox: dict[str, dict[str, Any]] = defaultdict(dict)  # node -> port -> value
+        self._pending = dict(shape.pending)  # value inputs still to come, per node
+        self._queues: dict[Edge, asyncio.Queue[Chunk | EndOfStream]] = {
+            e: asyncio.Queue() for e in shape.streams
+        }
         self._tasks: set[asyncio.Task[None]] = set()
         self._result: asyncio.Future[dict[str, Any]] | None = None
         self._running = len(plan.nodes) - 2  # every primitive runs (or is skipped) once
@@ -54,26 +53,38 @@ class QueryRun:
         if self._result is not None:
             raise RuntimeError("a QueryRun runs once; make a new one per query")
         self._result = asyncio.get_running_loop().create_future()
-        missing = [p.name for p in self.plan.node(INPUT_ID).outputs if p.name not in self._inputs]
+        self._check_inputs()
+        try:
+            self._begin()
+            return await self._result
+        finally:
+            await self._cleanup()
+
+    def _check_inputs(self) -> None:
+        missing = [name for name in self.plan.run_shape.inputs if name not in self._inputs]
         if missing:
             raise ValueError(f"missing query inputs {missing} for plan {self.plan.name!r}")
-        for n in self.plan.nodes:
-            if n.id not in (INPUT_ID, OUTPUT_ID) and self._pending[n.id] == 0:
-                self._start(n)
+
+    def _begin(self) -> None:
+        """Start the primitives without inputs, then deliver the query inputs."""
+        for n in self.plan.run_shape.sources:
+            self._start(n)
         if self._pending[OUTPUT_ID] == 0:
             self._outputs_ready = True
             self._finish()
-        self._emit(
-            self.plan.node(INPUT_ID),
-            {k: self._inputs[k] for k in (p.name for p in self.plan.node(INPUT_ID).outputs)},
-        )
-        try:
-            return await self._result
-        finally:
-            for t in self._tasks:
+        inputs = self._inputs
+        self._emit(self.plan.node(INPUT_ID), {k: inputs[k] for k in self.plan.run_shape.inputs})
+
+    async def _cleanup(self) -> None:
+        """However the query ended: cancel its primitives still running, release engine state."""
+        running = [t for t in self._tasks if not t.done()]
+        if running:
+            for t in running:
                 t.cancel()
-            await asyncio.gather(*self._tasks, return_exceptions=True)
-            await self.ctx.release()
+            await asyncio.gather(*running, return_exceptions=True)
+        ctx = self.ctx
+        if ctx.open_seqs or ctx.temp_collections:
+            await ctx.release()
 
     def _start(self, node: Node) -> None:
         task = asyncio.get_running_loop().create_task(self._run_node(node))
@@ -124,8 +135,12 @@ class QueryRun:
             raise
         except Exception as exc:
             logger.debug("query %s: node %s failed", self.ctx.query_id, node.id, exc_info=True)
-            if self._result is not None and not self._result.done():
-                self._result.set_exception(ExecutionError(node.id, node.op.value, exc))
+            self._fail(ExecutionError(node.id, node.op.value, exc))
+
+    def _fail(self, exc: BaseException) -> None:
+        """End the query with ``exc`` (the first error wins)."""
+        if self._result is not None and not self._result.done():
+            self._result.set_exception(exc)
 
     async def _execute(self, node: Node) -> None:
         inbox = self._inbox[node.id]

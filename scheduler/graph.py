@@ -33,6 +33,12 @@ class FrozenConfig(Mapping[str, Any]):
     def __getitem__(self, key: str) -> Any:
         return self._items[key]
 
+    def __contains__(self, key: object) -> bool:
+        return key in self._items
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self._items.get(key, default)
+
     def __iter__(self) -> Iterator[str]:
         return iter(self._items)
 
@@ -122,6 +128,17 @@ class Edge:
 
 
 @dataclass(frozen=True)
+class RunShape:
+    """Per-plan starting state of an execution: value in-degree per node, the stream edges,
+    the query input names, and the primitives with no inputs (ready at once)."""
+
+    pending: Mapping[str, int]
+    streams: tuple[Edge, ...]
+    inputs: tuple[str, ...]
+    sources: tuple[Node, ...]
+
+
+@dataclass(frozen=True)
 class Plan:
     """An immutable primitive graph. Node ``input`` holds the query inputs as output ports;
     node ``output`` takes the query outputs as input ports."""
@@ -163,6 +180,27 @@ class Plan:
     def source(self, node_id: str, port: str) -> Edge | None:
         """The edge feeding input ``port`` of ``node_id`` (the first, if wrongly several)."""
         return next((e for e in self.in_edges(node_id) if e.dst_port == port), None)
+
+    @cached_property
+    def run_shape(self) -> RunShape:
+        """What each execution of the plan starts from (computed once per plan)."""
+        pending = {n.id: 0 for n in self.nodes}
+        streams = []
+        for e in self.edges:
+            if e.kind == EdgeKind.STREAM:
+                streams.append(e)
+            else:
+                pending[e.dst] += 1
+        return RunShape(
+            pending,
+            tuple(streams),
+            tuple(p.name for p in self.node_map[INPUT_ID].outputs)
+            if INPUT_ID in self.node_map
+            else (),
+            tuple(
+                n for n in self.nodes if n.id not in (INPUT_ID, OUTPUT_ID) and pending[n.id] == 0
+            ),
+        )
 
     @cached_property
     def topo_order(self) -> tuple[str, ...]:

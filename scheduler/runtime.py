@@ -21,12 +21,14 @@ needs (handler, ports, policy inputs, out edges) is computed once per plan (:cla
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import logging
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from .eager import resume
 from .errors import ExecutionError
 from .executor import QueryRun
 from .graph import INPUT_ID, OUTPUT_ID, Edge, EdgeKind, Node, Plan
@@ -204,6 +206,8 @@ class GraphRun(QueryRun):
         self._loop: asyncio.AbstractEventLoop | None = None
         self._continuing = False  # inside a task's emit: the first node made ready runs there
         self._next: Node | None = None
+        self._caller: asyncio.Task[Any] | None = None  # running a primitive in run()
+        self._interrupted = False
 
     # -- QueryState ----------------------------------------------------------------------------
     def remaining_ms(self) -> float:
@@ -218,22 +222,61 @@ class GraphRun(QueryRun):
     # -- running -------------------------------------------------------------------------------
     async def run(self) -> dict[str, Any]:
         """Execute; raises ``ExecutionError`` naming the failed primitive, or
-        :class:`DeadlineExceeded`."""
+        :class:`DeadlineExceeded`.
+
+        The first primitive the query inputs make ready runs in the caller's task (no task of
+        its own); the others start eagerly and get a task only if they suspend. An error
+        elsewhere, or the deadline, interrupts the caller's primitive as it would a task."""
+        if self._result is not None:
+            raise RuntimeError("a QueryRun runs once; make a new one per query")
         self._loop = loop = asyncio.get_running_loop()
-        if self.deadline is None:
-            return await super().run()
-        timer = loop.call_later(max(0.0, self.deadline - self._clock()), self._expire)
+        self._result = result = loop.create_future()
+        self._check_inputs()
+        timer = None
+        if self.deadline is not None:
+            timer = loop.call_later(max(0.0, self.deadline - self._clock()), self._expire)
+        outer = CURRENT.get()
         try:
-            return await super().run()
+            self._continuing, self._next = True, None
+            try:
+                self._begin()
+            finally:
+                first, self._continuing, self._next = self._next, False, None
+            if first is not None and not result.done():
+                await self._run_in_caller(first)
+            return await result
         finally:
-            timer.cancel()
+            if timer is not None:
+                timer.cancel()
+            CURRENT.set(outer)
+            await self._cleanup()
+
+    async def _run_in_caller(self, node: Node) -> None:
+        self._caller = asyncio.current_task()
+        try:
+            await self._run_node(node)
+        except asyncio.CancelledError:
+            # Interrupted by _fail (the query already has its error): swallow that one
+            # cancellation, keep any other (the caller itself being cancelled).
+            caller = self._caller
+            if not self._interrupted or caller is None or caller.uncancel() > 0:
+                raise
+        finally:
+            self._caller = None
+
+    def _fail(self, exc: BaseException) -> None:
+        result = self._result
+        if result is None or result.done():
+            return
+        result.set_exception(exc)
+        caller = self._caller
+        if caller is not None and caller is not asyncio.current_task() and not self._interrupted:
+            self._interrupted = True  # the caller is running a primitive: stop it
+            caller.cancel()
 
     def _expire(self) -> None:
-        if self._result is not None and not self._result.done():
-            budget_ms = (self.deadline - self._started) * 1e3 if self.deadline else 0.0
-            self._result.set_exception(
-                DeadlineExceeded(self.ctx.query_id, budget_ms, sorted(self._active))
-            )
+        budget_ms = (self.deadline - self._started) * 1e3 if self.deadline else 0.0
+        self._fail(DeadlineExceeded(self.ctx.query_id, budget_ms, sorted(self._active)))
 
     def _emit(self, node: Node, outputs: Mapping[str, Any]) -> None:
         # QueryRun._emit with QueryRun._deliver folded in, over the plan's precomputed routes.
@@ -256,11 +299,19 @@ class GraphRun(QueryRun):
         if node.id not in self.costs.inline:
             if self._continuing and self._next is None:
                 self._next = node  # the task that made it ready runs it next (no new task)
-                return
-            # A task per primitive; it leaves ``_tasks`` itself (no done callback to schedule).
-            self._tasks.add(self._loop.create_task(self._run_node(node)))  # type: ignore[union-attr]
+            else:
+                self._start_eagerly(node)
             return
         start = self._clock() if self._on_control is not None else 0.0
+        facts = self.costs.facts[node.id]
+        if facts.handler is not None:  # a plain control primitive: call its handler here
+            inbox = self._inbox[node.id]
+            data = {name: inbox[name] for name in facts.ports if name in inbox}
+            if not any(value is SKIPPED for value in data.values()):
+                self._run_inline(node, facts.handler, data)
+                if self._on_control is not None:
+                    self._on_control(node, start, self._clock(), not self._failed(node))
+                return
         step = QueryRun._run_node(self, node)  # no engine call: no RequestInfo, no task
         try:
             step.send(None)
@@ -272,62 +323,95 @@ class GraphRun(QueryRun):
         if self._on_control is not None:
             self._on_control(node, start, self._clock(), not self._failed(node))
 
+    def _run_inline(self, node: Node, handler: Handler, data: dict[str, Any]) -> None:
+        step = handler(node, data, self.ctx)
+        try:
+            step.send(None)
+        except StopIteration as stop:
+            outputs = stop.value
+        except Exception as exc:
+            log.debug("query %s: node %s failed", self.ctx.query_id, node.id, exc_info=True)
+            self._fail(ExecutionError(node.id, node.op.value, exc))
+            return
+        else:  # an inline primitive awaited something: a bug in _inline_nodes
+            step.close()
+            raise RuntimeError(f"inline primitive {node.id!r} suspended")
+        self._emit(node, outputs)
+        self._running -= 1
+        self._finish()
+
+    def _start_eagerly(self, node: Node) -> None:
+        """Run ``node`` here and now up to its first suspension; only then does it get a task
+        (one that answers at once, e.g. a held prefill, costs none). The emitting primitive's
+        chaining state and request info are put back afterwards."""
+        outer, continuing, following = CURRENT.get(), self._continuing, self._next
+        self._continuing, self._next = False, None
+        step = self._run_node(node)
+        try:
+            waited = step.send(None)
+        except StopIteration:
+            return
+        else:  # suspended: go on in a task whose context holds this primitive's request info
+            context = contextvars.copy_context()
+            task = self._loop.create_task(resume(step, waited), context=context)  # type: ignore[union-attr]
+            self._tasks.add(task)
+        finally:
+            CURRENT.set(outer)
+            self._continuing, self._next = continuing, following
+
     async def _run_node(self, node: Node | None) -> None:
         """QueryRun._run_node, with QueryRun._execute's last branch inlined for plain nodes;
         then the first primitive that node's outputs made ready, in the same task."""
         info: RequestInfo | None = None
-        try:
-            while node is not None:
-                facts = self.costs.facts[node.id]
-                if info is None:  # one per task; the nodes it runs one after another reuse it
-                    info = RequestInfo(
-                        self.number, node.id, facts.op, facts.depth, facts.remaining_ms, self
-                    )
-                    CURRENT.set(info)
+        result = self._result
+        while node is not None and not result.done():  # type: ignore[union-attr]
+            facts = self.costs.facts[node.id]
+            if info is None:  # one per task; the nodes it runs one after another reuse it
+                info = RequestInfo(
+                    self.number, node.id, facts.op, facts.depth, facts.remaining_ms, self
+                )
+                CURRENT.set(info)
+            else:
+                info.node_id, info.op = node.id, facts.op
+                info.depth, info.remaining_ms = facts.depth, facts.remaining_ms
+            self._active[node.id] = facts.remaining_ms
+            if self._remaining is not None and facts.remaining_ms > self._remaining:
+                self._remaining = facts.remaining_ms
+            control = self._on_control is not None and not facts.engine
+            start = self._clock() if control else 0.0
+            done, following = node, None
+            try:
+                handler = facts.handler
+                if handler is not None:
+                    inbox = self._inbox[node.id]
+                    data = {name: inbox[name] for name in facts.ports if name in inbox}
+                    for value in data.values():
+                        if value is SKIPPED:
+                            handler = None
+                            break
+                if handler is not None:
+                    outputs = await handler(node, data, self.ctx)
+                    self._continuing, self._next = True, None
+                    try:
+                        self._emit(node, outputs)
+                    finally:
+                        self._continuing, following = False, self._next
+                        self._next = None
                 else:
-                    info.node_id, info.op = node.id, facts.op
-                    info.depth, info.remaining_ms = facts.depth, facts.remaining_ms
-                self._active[node.id] = facts.remaining_ms
-                if self._remaining is not None and facts.remaining_ms > self._remaining:
-                    self._remaining = facts.remaining_ms
-                control = self._on_control is not None and not facts.engine
-                start = self._clock() if control else 0.0
-                done, following = node, None
-                try:
-                    handler = facts.handler
-                    if handler is not None:
-                        inbox = self._inbox[node.id]
-                        data = {name: inbox[name] for name in facts.ports if name in inbox}
-                        for value in data.values():
-                            if value is SKIPPED:
-                                handler = None
-                                break
-                    if handler is not None:
-                        outputs = await handler(node, data, self.ctx)
-                        self._continuing, self._next = True, None
-                        try:
-                            self._emit(node, outputs)
-                        finally:
-                            self._continuing, following = False, self._next
-                            self._next = None
-                    else:
-                        await self._execute(node)
-                    self._running -= 1
-                    self._finish()
-                except asyncio.CancelledError:
-                    raise
-                except Exception as exc:
-                    log.debug("query %s: node %s failed", self.ctx.query_id, node.id, exc_info=True)
-                    if self._result is not None and not self._result.done():
-                        self._result.set_exception(ExecutionError(node.id, node.op.value, exc))
-                finally:
-                    if self._active.pop(done.id, None) == self._remaining:
-                        self._remaining = None
-                    if control:
-                        self._on_control(done, start, self._clock(), not self._failed(done))
-                node = following
-        finally:
-            self._tasks.discard(asyncio.current_task())
+                    await self._execute(node)
+                self._running -= 1
+                self._finish()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                log.debug("query %s: node %s failed", self.ctx.query_id, node.id, exc_info=True)
+                self._fail(ExecutionError(node.id, node.op.value, exc))
+            finally:
+                if self._active.pop(done.id, None) == self._remaining:
+                    self._remaining = None
+                if control:
+                    self._on_control(done, start, self._clock(), not self._failed(done))
+            node = following
 
     def _failed(self, node: Node) -> bool:
         res = self._result

@@ -259,6 +259,68 @@ def test_cancelling_a_query_cancels_its_primitives_and_releases_state() -> None:
     assert all(d == 0 for d in depths.values())
 
 
+class FailingOpenLLM(FakeLLM):
+    """Opening a sequence fails after 10 ms (virtual)."""
+
+    async def open(self) -> int:
+        await asyncio.sleep(0.01)
+        raise RuntimeError("no KV room")
+
+
+def _app_with(**engines: object) -> tuple[App, dict]:
+    engines = {**fake_engines(), **engines}
+    app = App()
+    for name, engine in engines.items():
+        app.add_engine(name, engine)
+    return app, engines
+
+
+def test_an_error_elsewhere_interrupts_the_primitive_running_in_the_callers_task() -> None:
+    # naive_rag runs its embed in the caller's task (the first primitive made ready); the
+    # partial prefill fails meanwhile: the query fails then, not when the 10 s embed ends, and
+    # the embed request is withdrawn.
+    async def main():
+        app, _ = _app_with(embedder=FakeEmbedder(delay_s=10.0), llm=FailingOpenLLM())
+        async with app:
+            loop = asyncio.get_running_loop()
+            began = loop.time()
+            with pytest.raises(ExecutionError, match="no KV room") as info:
+                await app.run("naive_rag", {"question": "why"})
+            took = loop.time() - began
+            depths = app.engines.queue_depths()
+        return info.value, took, depths
+
+    err, took, depths = run_virtual(main())
+    assert err.node == "synthesis.prefill.partial" and took < 1.0
+    assert all(d == 0 for d in depths.values())
+
+
+def test_the_deadline_interrupts_the_primitive_running_in_the_callers_task() -> None:
+    async def main():
+        app, engines = _app_with(embedder=FakeEmbedder(delay_s=10.0))
+        async with app:
+            loop = asyncio.get_running_loop()
+            began = loop.time()
+            with pytest.raises(DeadlineExceeded) as info:
+                await app.run("naive_rag", {"question": "why"}, deadline=0.1)
+            took = loop.time() - began
+            depths = app.engines.queue_depths()
+            still_open = engines["llm"].open_sequences
+        return info.value, took, depths, still_open
+
+    err, took, depths, still_open = run_virtual(main())
+    assert err.running == ["retrieval.embed"] and took == pytest.approx(0.1, abs=0.01)
+    assert all(d == 0 for d in depths.values()) and still_open == 0
+
+
+async def test_the_callers_request_info_is_restored_after_a_query() -> None:
+    from ayo.scheduler.request_info import CURRENT
+
+    async with App.fake() as app:
+        await app.run("naive_rag", {"question": "why"})
+        assert CURRENT.get() is None  # engines the caller calls next are not billed to it
+
+
 @pytest.mark.parametrize("optimize", [False, True])
 async def test_stream_yields_the_answer_as_it_is_written(optimize: bool) -> None:
     async with App.fake() as app:
