@@ -287,7 +287,7 @@ class App:
         self.metrics.batch(record)
         traces, size, ok = self._traces, len(record.requests), record.ok
         engine, started, ended = record.engine, record.started, record.ended
-        for r in record.requests:
+        for r in record.primitives:
             trace = traces.get(r.query_id)
             if trace is not None:  # a Span's fields, built when the trace is read
                 trace.add_row(

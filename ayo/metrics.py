@@ -13,7 +13,7 @@ import time
 from bisect import bisect_left
 from collections.abc import Callable, Iterator, Mapping, Sequence
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, generate_latest
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
@@ -89,19 +89,11 @@ class AppMetrics:
         self.failed = Counter(
             "ayo_queries_failed", "Queries that failed", ["app", "reason"], registry=self.registry
         )
-        self.latency = Histogram(
-            "ayo_query_latency_seconds",
-            "End-to-end query latency",
-            ["app"],
-            buckets=_LATENCY_BUCKETS,
-            registry=self.registry,
+        self.latency = LoopHistogram(
+            "ayo_query_latency_seconds", "End-to-end query latency", ["app"], _LATENCY_BUCKETS
         )
-        self.batch_size = Histogram(
-            "ayo_batch_size",
-            "Requests per engine batch",
-            ["engine"],
-            buckets=_BATCH_BUCKETS,
-            registry=self.registry,
+        self.batch_size = LoopHistogram(
+            "ayo_batch_size", "Requests per engine batch", ["engine"], _BATCH_BUCKETS
         )
         self.primitive_latency = LoopHistogram(
             "ayo_primitive_latency_seconds",
@@ -109,22 +101,22 @@ class AppMetrics:
             ["engine", "op"],
             _LATENCY_BUCKETS,
         )
-        self.registry.register(self.primitive_latency)
+        for histogram in (self.latency, self.batch_size, self.primitive_latency):
+            self.registry.register(histogram)
         self.registry.register(_QueueDepth(queue_depths))
-        self._batch_sizes: dict[str, object] = {}
+        self._batch_sizes: dict[str, list[float]] = {}
         self._rows: dict[tuple[str, str], list[float]] = {}
         self._apps: dict[str, tuple[object, object]] = {}
 
     def batch(self, record: BatchRecord) -> None:
         """One finished engine batch: its size, and each request's queued + run time."""
-        if not record.folded:
-            sizes = self._batch_sizes.get(record.engine)
-            if sizes is None:
-                sizes = self._batch_sizes[record.engine] = self.batch_size.labels(record.engine)
-            sizes.observe(len(record.requests))  # type: ignore[attr-defined]
+        sizes = self._batch_sizes.get(record.engine)
+        if sizes is None:
+            sizes = self._batch_sizes[record.engine] = self.batch_size.series((record.engine,))
+        self.batch_size.observe_into(sizes, len(record.requests))
         rows, engine, ended = self._rows, record.engine, record.ended
         bounds, find = self.primitive_latency.bounds, bisect_left
-        for r in record.requests:
+        for r in record.primitives:
             row = rows.get((engine, r.op))
             if row is None:
                 row = rows[(engine, r.op)] = self.primitive_latency.series((engine, r.op))
@@ -135,9 +127,9 @@ class AppMetrics:
     def query_done(self, app: str, seconds: float) -> None:
         children = self._apps.get(app)
         if children is None:
-            children = self._apps[app] = (self.queries.labels(app), self.latency.labels(app))
+            children = self._apps[app] = (self.queries.labels(app), self.latency.series((app,)))
         children[0].inc()  # type: ignore[attr-defined]
-        children[1].observe(seconds)  # type: ignore[attr-defined]
+        self.latency.observe_into(children[1], seconds)  # type: ignore[arg-type]
 
     def query_failed(self, app: str, exc: BaseException) -> None:
         self.queries.labels(app).inc()

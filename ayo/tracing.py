@@ -75,7 +75,7 @@ class Trace:
     def add_batch(self, record: BatchRecord) -> None:
         """All requests of one finished engine batch."""
         size, rows = len(record.requests), self._rows
-        for r in record.requests:
+        for r in record.primitives:
             rows.append(
                 (r.query_id, r.node_id, record.engine, r.enqueued_at, record.started,
                  record.ended, size, record.ok)

@@ -140,10 +140,10 @@ class BatchedLLM:
             if held.future is not None:  # already running: the rest follows it
                 return self._after(held.future, i, raw, list(tokens))
             tokens = held.tokens + list(tokens)
-        future = self._issue(i, make_request(PrefillCall(raw, list(tokens)), 1, len(tokens)))
-        if held is not None:
-            self._trace_folded(i, held, future)
-        return future
+        request = make_request(PrefillCall(raw, list(tokens)), 1, len(tokens))
+        if held is not None:  # the held primitive is traced and timed with this request
+            request.folded = (held.request,)
+        return self._issue(i, request)
 
     def prefill_when_idle(self, seq: Any, tokens: list[int]) -> None:
         """Hold ``tokens`` (the next ones of ``seq``) until the instance is idle, then prefill
@@ -211,18 +211,6 @@ class BatchedLLM:
         held = self._take(i, raw)
         if held is not None:
             await (held.future if held.future is not None else self._issue(i, held.request))
-
-    def _trace_folded(self, i: int, held: _Held, future: Any) -> None:
-        """The held primitive's trace row: computed inside ``future``'s request."""
-        if self.on_batch is None:
-            return
-        started, on_batch, row = self._clock(), self.on_batch, self._rows[i]
-
-        def record(f: Any) -> None:
-            ok = not f.cancelled() and f.exception() is None
-            on_batch(BatchRecord(row, (held.request,), started, self._clock(), ok, folded=True))
-
-        future.add_done_callback(record)
 
     async def decode(self, seq: Any, params: DecodeParams) -> AsyncIterator[Any]:
         i, raw = self._route(seq)

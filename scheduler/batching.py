@@ -42,6 +42,8 @@ class PendingRequest:
         seq: arrival order in this queue, the final tie-break.
         op: the primitive's op name (metrics).
         extra: free for the caller (trace ids, ...).
+        folded: requests of other primitives computed inside this one (a held prefill that
+            went in with its sequence's next prefill): traced and timed with it.
     """
 
     query_id: int
@@ -57,6 +59,8 @@ class PendingRequest:
     seq: int = 0
     op: str = ""
     extra: dict[str, Any] | None = None
+    folded: tuple[PendingRequest, ...] = ()
+    future: Any = None  # set by the engine scheduler while the request is queued or running
 
     def __post_init__(self) -> None:
         if self.items < 1 or self.tokens < 0:

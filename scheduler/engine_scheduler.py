@@ -42,16 +42,23 @@ class BatchRunner(Protocol):
 
 @dataclass(frozen=True)
 class BatchRecord:
-    """One finished batch, for traces and metrics (times from the scheduler's clock).
-    ``folded``: a held prefill computed inside another request of its sequence (see
-    ``batched_llm``): traced, not counted as a batch of its own."""
+    """One finished batch, for traces and metrics (times from the scheduler's clock)."""
 
     engine: str
     requests: tuple[PendingRequest, ...]
     started: float
     ended: float
     ok: bool
-    folded: bool = False
+
+    @property
+    def primitives(self) -> tuple[PendingRequest, ...]:
+        """The batch's requests and those folded into them (``PendingRequest.folded``, see
+        ``batched_llm``): one trace row each; only ``requests`` count toward the batch size."""
+        requests = self.requests
+        for r in requests:
+            if r.folded:
+                return tuple(x for r in requests for x in (r, *r.folded))
+        return requests
 
 
 class _RequestFuture(asyncio.Future):
@@ -113,7 +120,6 @@ class EngineScheduler:
         self._pending = make_queue(policy, **policy_options)
         self._on_batch = on_batch
         self._clock = clock
-        self._futures: dict[int, asyncio.Future] = {}
         self._seq = itertools.count()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._wake = asyncio.Event()
@@ -139,8 +145,8 @@ class EngineScheduler:
                 await self._task
             self._task = None
         for r in self._pending:
-            fut = self._futures.pop(id(r))
-            if not fut.done():
+            fut, r.future = r.future, None
+            if fut is not None and not fut.done():
                 fut.set_exception(EngineStopped(f"engine {self.name!r} stopped"))
         self._pending.clear()
         if self._running:
@@ -178,8 +184,9 @@ class EngineScheduler:
     def _queue(self, request: PendingRequest) -> asyncio.Future:
         request.seq = next(self._seq)
         request.enqueued_at = self._clock()
-        fut = _RequestFuture(self._loop or asyncio.get_running_loop(), self, request)
-        self._futures[id(request)] = fut
+        fut = request.future = _RequestFuture(
+            self._loop or asyncio.get_running_loop(), self, request
+        )
         self._pending.push(request)
         self._wake.set()
         return fut
@@ -187,7 +194,7 @@ class EngineScheduler:
     def _withdraw(self, request: PendingRequest) -> None:
         """The caller gave up (cancelled): drop the request unless it is already running."""
         if self._pending.remove(request):
-            self._futures.pop(id(request), None)
+            request.future = None
             self._space.set()
 
     def stats(self) -> dict[str, float]:
@@ -250,7 +257,7 @@ class EngineScheduler:
         self.batches += 1
         self.items += sum(r.items for r in batch)
         for r, res in zip(batch, results):
-            fut = self._futures.pop(id(r), None)
+            fut, r.future = r.future, None  # no request <-> future cycle left behind
             if fut is None or fut.done():
                 continue  # the query was cancelled meanwhile
             if isinstance(res, BaseException):

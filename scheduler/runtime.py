@@ -88,7 +88,9 @@ class NodeFacts:
     ports: tuple[str, ...]
 
 
-Route = tuple[Edge, bool, Node | None]  # an out edge, whether it streams, its node (None: output)
+# An out edge: (edge, src_port, dst id, dst_port, streams?, dst node or None for the output,
+# dst runs inline?), unpacked so the hot loop reads no attributes.
+Route = tuple[Edge, str, str, str, bool, Node | None, bool]
 
 
 @dataclass(frozen=True)
@@ -127,14 +129,23 @@ class PlanCosts:
             for n in plan.nodes
             if n.id not in (INPUT_ID, OUTPUT_ID)
         }
+        inline = _inline_nodes(plan)
         routes = {
             n.id: tuple(
-                (e, e.kind == EdgeKind.STREAM, None if e.dst == OUTPUT_ID else plan.node(e.dst))
+                (
+                    e,
+                    e.src_port,
+                    e.dst,
+                    e.dst_port,
+                    e.kind == EdgeKind.STREAM,
+                    None if e.dst == OUTPUT_ID else plan.node(e.dst),
+                    e.dst in inline,
+                )
                 for e in plan.out_edges(n.id)
             )
             for n in plan.nodes
         }
-        return cls(plan.depth, cost, remaining, _inline_nodes(plan), facts, routes)
+        return cls(plan.depth, cost, remaining, inline, facts, routes)
 
 
 def _plain(plan: Plan, node: Node) -> bool:
@@ -281,19 +292,23 @@ class GraphRun(QueryRun):
     def _emit(self, node: Node, outputs: Mapping[str, Any]) -> None:
         # QueryRun._emit with QueryRun._deliver folded in, over the plan's precomputed routes.
         inbox, pending = self._inbox, self._pending
-        for edge, stream, dst in self.costs.routes[node.id]:
-            value = outputs[edge.src_port]
+        for edge, src_port, dst_id, dst_port, stream, dst, inline in self.costs.routes[node.id]:
+            value = outputs[src_port]
             if stream:
                 self._queues[edge].put_nowait(value)
                 continue
-            inbox[edge.dst][edge.dst_port] = value
-            left = pending[edge.dst] = pending[edge.dst] - 1
+            inbox[dst_id][dst_port] = value
+            left = pending[dst_id] = pending[dst_id] - 1
             if left == 0:
                 if dst is None:
                     self._outputs_ready = True
                     self._finish()
+                elif inline:
+                    self._run_control(dst)
+                elif self._continuing and self._next is None:
+                    self._next = dst  # the task that made it ready runs it next (no new task)
                 else:
-                    self._start(dst)
+                    self._start_eagerly(dst)
 
     def _start(self, node: Node) -> None:
         if node.id not in self.costs.inline:
@@ -302,6 +317,10 @@ class GraphRun(QueryRun):
             else:
                 self._start_eagerly(node)
             return
+        self._run_control(node)
+
+    def _run_control(self, node: Node) -> None:
+        """A control primitive that cannot suspend: run here, in the emitting primitive."""
         start = self._clock() if self._on_control is not None else 0.0
         facts = self.costs.facts[node.id]
         if facts.handler is not None:  # a plain control primitive: call its handler here

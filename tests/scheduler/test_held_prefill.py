@@ -18,12 +18,14 @@ async def _text(llm: BatchedLLM, seq: object) -> str:
     return "".join([p async for p in llm.decode(seq, DecodeParams(64))])
 
 
-def _llm(engine: FakeLLM, scheduled: bool) -> tuple[BatchedLLM, list[EngineScheduler]]:
+def _llm(
+    engine: FakeLLM, scheduled: bool, on_batch=None
+) -> tuple[BatchedLLM, list[EngineScheduler]]:
     if not scheduled:
-        return BatchedLLM("llm", [engine]), []
-    sched = EngineScheduler(PrefillRunner(engine), "llm")
+        return BatchedLLM("llm", [engine], on_batch=on_batch), []
+    sched = EngineScheduler(PrefillRunner(engine), "llm", on_batch=on_batch)
     sched.start()
-    return BatchedLLM("llm", [engine], [sched]), [sched]
+    return BatchedLLM("llm", [engine], [sched], on_batch=on_batch), [sched]
 
 
 async def _check_idle_gap(scheduled: bool) -> None:
@@ -49,9 +51,8 @@ async def test_held_prefill_runs_in_an_idle_gap() -> None:
 
 async def test_busy_llm_folds_held_tokens_into_the_next_prefill() -> None:
     engine = FakeLLM()
-    llm, scheds = _llm(engine, scheduled=True)
-    records: list = []
-    llm.on_batch = records.append
+    records: list = []  # finished prefill batches and decodes
+    llm, scheds = _llm(engine, scheduled=True, on_batch=records.append)
     head, tail = engine.tokenizer.encode(HEAD), engine.tokenizer.encode(TAIL)
     other = await llm.open()
     first = engine.tokenizer.encode("another query")
@@ -65,8 +66,11 @@ async def test_busy_llm_folds_held_tokens_into_the_next_prefill() -> None:
     await llm.prefill(seq, tail)  # one request: held tokens first, then the rest
     assert engine.prefill_calls == [len(first), len(head) + len(tail)]
     await asyncio.sleep(0)
-    folded = [r for r in records if r.folded]  # the held primitive keeps its trace row
-    assert len(folded) == 1 and folded[0].ok and folded[0].requests[0].tokens == len(head)
+    # the held primitive keeps its trace row: folded into the request that computed it
+    prefills = [r for r in records if r.requests[0].payload is not None]
+    folded = [x for r in prefills for x in r.primitives if x not in r.requests]
+    assert len(folded) == 1 and folded[0].tokens == len(head)
+    assert [len(r.requests) for r in prefills] == [1, 1]  # the other query's, then this one
     rest = [p async for p in running]
     assert rest  # the other query's decode went on undisturbed
     assert await _text(llm, seq) == FakeLLM().answer(engine.tokenizer.decode(head + tail))
