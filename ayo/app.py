@@ -231,7 +231,7 @@ class App:
         try:
             if not self.engines.started:
                 await self.start()
-            plan = self.plans.get(target, InputShape.of(inputs), optimize=optimize)
+            plan = self.plans.for_inputs(target, inputs, optimize)
             query_id = next(self._ids)
             start = self._clock()
             trace = self._traces[query_id] = Trace(origin=start)

@@ -46,14 +46,46 @@ class PlanCache:
         # The config is fixed per cache; its hash stands for it in every key.
         self._config_key = hash(tuple(sorted(self.profiles.items())))
         self._plans: OrderedDict[Hashable, Plan] = OrderedDict()
+        # (id(target), optimize, raw input sizes) -> ((id, target), key in _plans)
+        self._keys: dict[tuple, tuple] = {}
         self._hits = 0
         self._misses = 0
 
+    def for_inputs(
+        self, target: AppTemplate | Workflow, inputs: Mapping[str, object], optimize: bool = True
+    ) -> Plan:
+        """The plan for a query with ``inputs``: :meth:`get` with ``InputShape.of(inputs)``,
+        minus building the shape when inputs of these names and sizes were seen before."""
+        sizes = tuple(
+            (k, len(v) if isinstance(v, (list, tuple)) else 1)
+            for k, v in inputs.items()
+            if v is not None
+        )
+        key = self._keys.get((id(target), optimize, sizes))
+        if key is not None and key[0][1] is target:
+            plan = self._plans.get(key[1])
+            if plan is not None:
+                self._hits += 1
+                self._plans.move_to_end(key[1])
+                return plan
+        shape = InputShape.of(inputs)
+        plan = self.get(target, shape, optimize)
+        if len(self._keys) >= 4 * self.max_entries:
+            self._keys.clear()
+        self._keys[(id(target), optimize, sizes)] = (
+            (id(target), target),
+            self._key(target, shape, optimize),
+        )
+        return plan
+
+    def _key(self, target: AppTemplate | Workflow, shape: InputShape, optimize: bool) -> Hashable:
+        ident = ("app", target.name) if isinstance(target, AppTemplate) else target
+        return (ident, self._config_key, optimize, shape.bucket())
+
     def get(self, target: AppTemplate | Workflow, shape: InputShape, optimize: bool = True) -> Plan:
         """The plan for ``target`` on queries of ``shape``."""
-        bucket = shape.bucket()
-        ident = ("app", target.name) if isinstance(target, AppTemplate) else target
-        key = (ident, self._config_key, optimize, bucket)
+        key = self._key(target, shape, optimize)
+        bucket = key[-1]
         plan = self._plans.get(key)
         if plan is not None:
             self._hits += 1
@@ -75,4 +107,5 @@ class PlanCache:
 
     def clear(self) -> None:
         self._plans.clear()
+        self._keys.clear()
         self._hits = self._misses = 0

@@ -220,11 +220,12 @@ class BatchedLLM:
         self._busy[i] += 1  # from the start: a decode waiting for KV room keeps the LLM busy too
         acquired, pieces, ok = False, 0, False
         started = enqueued
+        request = make_request(None)  # for the KV admission, then the trace row
         try:
             if self._held and _key(i, raw) in self._held:
                 await self._flush(i, raw)
             if admission is not None:
-                await admission.acquire(make_request(None))
+                await admission.acquire(request)
                 acquired = True
             started = self._clock()
             async for piece in self.instances[i].decode(raw, params):
@@ -238,8 +239,7 @@ class BatchedLLM:
             if acquired:
                 admission.release()  # type: ignore[union-attr]
             if self.on_batch is not None:
-                request = make_request(None, 1, pieces)
-                request.enqueued_at = enqueued
+                request.tokens, request.enqueued_at = pieces, enqueued
                 self.on_batch(BatchRecord(self._rows[i], (request,), started, self._clock(), ok))
 
 

@@ -40,7 +40,7 @@ class BatchRunner(Protocol):
         ...
 
 
-@dataclass(frozen=True)
+@dataclass(eq=False, slots=True)
 class BatchRecord:
     """One finished batch, for traces and metrics (times from the scheduler's clock)."""
 

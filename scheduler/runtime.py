@@ -78,7 +78,9 @@ def node_cost_ms(node: Node, profile: EngineProfile) -> float:
 class NodeFacts:
     """What running one node needs, computed once per plan: its policy inputs, and for a
     *plain* node (its handler's outputs emitted at once: no stream in, no micro-batches, not a
-    PartialDecode or coalescing Aggregate) the handler and the data ports it reads."""
+    PartialDecode or coalescing Aggregate) the handler and the data ports it reads.
+    ``whole_inbox``: no edge into a control port, so its inbox is exactly its data inputs;
+    ``may_skip``: a Condition upstream may send it SKIPPED."""
 
     depth: int
     remaining_ms: float
@@ -86,6 +88,8 @@ class NodeFacts:
     engine: bool
     handler: Handler | None
     ports: tuple[str, ...]
+    whole_inbox: bool = False
+    may_skip: bool = True
 
 
 # An out edge: (edge, src_port, dst id, dst_port, streams?, dst node or None for the output,
@@ -117,6 +121,11 @@ class PlanCosts:
         for nid in reversed(plan.topo_order):
             after = [remaining[e.dst] for e in plan.out_edges(nid) if e.dst in remaining]
             remaining[nid] = cost[nid] + max(after, default=0.0)
+        may_skip: dict[str, bool] = {}
+        for nid in plan.topo_order:
+            may_skip[nid] = any(
+                plan.node(e.src).op == Op.CONDITION or may_skip[e.src] for e in plan.in_edges(nid)
+            )
         facts = {
             n.id: NodeFacts(
                 plan.depth[n.id],
@@ -125,6 +134,8 @@ class PlanCosts:
                 bool(n.op.info.engine_kind),
                 HANDLERS.get(n.op) if _plain(plan, n) else None,
                 tuple(p.name for p in n.inputs if not p.control),
+                not any(_to_control_port(plan, e) for e in plan.in_edges(n.id)),
+                may_skip[n.id],
             )
             for n in plan.nodes
             if n.id not in (INPUT_ID, OUTPUT_ID)
@@ -146,6 +157,11 @@ class PlanCosts:
             for n in plan.nodes
         }
         return cls(plan.depth, cost, remaining, inline, facts, routes)
+
+
+def _to_control_port(plan: Plan, edge: Edge) -> bool:
+    port = plan.node(edge.dst).input(edge.dst_port)
+    return port is None or port.control
 
 
 def _plain(plan: Plan, node: Node) -> bool:
@@ -217,6 +233,7 @@ class GraphRun(QueryRun):
         self._loop: asyncio.AbstractEventLoop | None = None
         self._continuing = False  # inside a task's emit: the first node made ready runs there
         self._next: Node | None = None
+        self._facts = costs.facts
         self._caller: asyncio.Task[Any] | None = None  # running a primitive in run()
         self._interrupted = False
 
@@ -254,26 +271,23 @@ class GraphRun(QueryRun):
             finally:
                 first, self._continuing, self._next = self._next, False, None
             if first is not None and not result.done():
-                await self._run_in_caller(first)
+                self._caller = asyncio.current_task()
+                try:
+                    await self._run_node(first)
+                except asyncio.CancelledError:
+                    # Interrupted by _fail (the query already has its error): swallow that one
+                    # cancellation, keep any other (the caller itself being cancelled).
+                    caller = self._caller
+                    if not self._interrupted or caller is None or caller.uncancel() > 0:
+                        raise
+                finally:
+                    self._caller = None
             return await result
         finally:
             if timer is not None:
                 timer.cancel()
             CURRENT.set(outer)
             await self._cleanup()
-
-    async def _run_in_caller(self, node: Node) -> None:
-        self._caller = asyncio.current_task()
-        try:
-            await self._run_node(node)
-        except asyncio.CancelledError:
-            # Interrupted by _fail (the query already has its error): swallow that one
-            # cancellation, keep any other (the caller itself being cancelled).
-            caller = self._caller
-            if not self._interrupted or caller is None or caller.uncancel() > 0:
-                raise
-        finally:
-            self._caller = None
 
     def _fail(self, exc: BaseException) -> None:
         result = self._result
@@ -322,11 +336,10 @@ class GraphRun(QueryRun):
     def _run_control(self, node: Node) -> None:
         """A control primitive that cannot suspend: run here, in the emitting primitive."""
         start = self._clock() if self._on_control is not None else 0.0
-        facts = self.costs.facts[node.id]
+        facts = self._facts[node.id]
         if facts.handler is not None:  # a plain control primitive: call its handler here
-            inbox = self._inbox[node.id]
-            data = {name: inbox[name] for name in facts.ports if name in inbox}
-            if not any(value is SKIPPED for value in data.values()):
+            data = self._data(node.id, facts)
+            if not facts.may_skip or not any(value is SKIPPED for value in data.values()):
                 self._run_inline(node, facts.handler, data)
                 if self._on_control is not None:
                     self._on_control(node, start, self._clock(), not self._failed(node))
@@ -383,8 +396,9 @@ class GraphRun(QueryRun):
         then the first primitive that node's outputs made ready, in the same task."""
         info: RequestInfo | None = None
         result = self._result
+        all_facts, active = self._facts, self._active
         while node is not None and not result.done():  # type: ignore[union-attr]
-            facts = self.costs.facts[node.id]
+            facts = all_facts[node.id]
             if info is None:  # one per task; the nodes it runs one after another reuse it
                 info = RequestInfo(
                     self.number, node.id, facts.op, facts.depth, facts.remaining_ms, self
@@ -393,21 +407,21 @@ class GraphRun(QueryRun):
             else:
                 info.node_id, info.op = node.id, facts.op
                 info.depth, info.remaining_ms = facts.depth, facts.remaining_ms
-            self._active[node.id] = facts.remaining_ms
+            active[node.id] = facts.remaining_ms
             if self._remaining is not None and facts.remaining_ms > self._remaining:
                 self._remaining = facts.remaining_ms
-            control = self._on_control is not None and not facts.engine
+            control = not facts.engine and self._on_control is not None
             start = self._clock() if control else 0.0
             done, following = node, None
             try:
                 handler = facts.handler
                 if handler is not None:
-                    inbox = self._inbox[node.id]
-                    data = {name: inbox[name] for name in facts.ports if name in inbox}
-                    for value in data.values():
-                        if value is SKIPPED:
-                            handler = None
-                            break
+                    data = self._data(node.id, facts)
+                    if facts.may_skip:
+                        for value in data.values():
+                            if value is SKIPPED:
+                                handler = None
+                                break
                 if handler is not None:
                     outputs = await handler(node, data, self.ctx)
                     self._continuing, self._next = True, None
@@ -426,11 +440,18 @@ class GraphRun(QueryRun):
                 log.debug("query %s: node %s failed", self.ctx.query_id, node.id, exc_info=True)
                 self._fail(ExecutionError(node.id, node.op.value, exc))
             finally:
-                if self._active.pop(done.id, None) == self._remaining:
+                if active.pop(done.id, None) == self._remaining:
                     self._remaining = None
                 if control:
                     self._on_control(done, start, self._clock(), not self._failed(done))
             node = following
+
+    def _data(self, node_id: str, facts: NodeFacts) -> dict[str, Any]:
+        """The node's data inputs by port (its inbox itself when that holds nothing else)."""
+        inbox = self._inbox[node_id]
+        if facts.whole_inbox:
+            return inbox
+        return {name: inbox[name] for name in facts.ports if name in inbox}
 
     def _failed(self, node: Node) -> bool:
         res = self._result

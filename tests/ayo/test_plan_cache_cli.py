@@ -55,6 +55,30 @@ def test_cache_evicts_least_recently_used() -> None:
         PlanCache(max_entries=0)
 
 
+def test_for_inputs_agrees_with_get_and_keeps_the_lru_honest() -> None:
+    cache, ref = PlanCache(max_entries=2), PlanCache(max_entries=2)
+    app = APPS["naive_rag"]
+    docs = [f"doc {i}" for i in range(9)]
+    cases = [
+        {"question": "q", "documents": docs},
+        {"question": "other", "documents": docs[:5] + ["x"] * 11},  # 16: the same bucket
+        {"question": "q"},
+        {"question": "q", "documents": None},  # None is absent: as above
+        {"question": "q", "documents": docs},
+    ]
+    plans = [cache.for_inputs(app, inputs) for inputs in cases]
+    assert plans[0] is plans[1] and plans[2] is plans[3]
+    assert plans[4] is plans[0]  # still cached (2 entries, least recently used dropped)
+    for inputs, plan in zip(cases, plans):
+        assert plan.to_json() == ref.get(app, InputShape.of(inputs)).to_json()
+    assert (cache.stats.hits, cache.stats.misses) == (3, 2)
+    cache.for_inputs(app, {"question": "q", "documents": docs * 4})  # bucket 64: evicts one
+    cache.for_inputs(app, {"question": "q"})  # evicted before: compiled again
+    assert cache.stats.misses == 4 and cache.stats.entries == 2
+    cache.clear()
+    assert cache.for_inputs(app, cases[0]) is not plans[0]
+
+
 def test_cli_json_matches_the_documented_format(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["plan", "advanced_rag"]) == 0
     data = json.loads(capsys.readouterr().out)
