@@ -9,11 +9,12 @@
 
 from __future__ import annotations
 
+import math
 import time
-from bisect import bisect_left
 from collections.abc import Callable, Iterator, Mapping, Sequence
 
-from prometheus_client import CollectorRegistry, Counter, generate_latest
+import numpy as np
+from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
@@ -38,9 +39,11 @@ class _QueueDepth(Collector):
 
 
 class LoopHistogram(Collector):
-    """A labelled histogram observed from the event loop's thread only: an observation is a
-    bisect and two additions (no lock, no per-observation objects); the exposition is the same
-    as ``prometheus_client.Histogram``'s (buckets, count, sum, created)."""
+    """A labelled histogram observed from the event loop's thread only. An observation is an
+    append to its series' list (no lock, no bisect); the lists are folded into the buckets
+    (one numpy ``searchsorted`` per series) by :meth:`fold`, which the owner calls every few
+    thousand observations, and before every scrape. The exposition is the same as
+    ``prometheus_client.Histogram``'s (buckets, count, sum, created)."""
 
     def __init__(
         self, name: str, documentation: str, labelnames: Sequence[str], buckets: Sequence[float]
@@ -49,23 +52,35 @@ class LoopHistogram(Collector):
         self.documentation = documentation
         self.labelnames = tuple(labelnames)
         self.bounds = [float(b) for b in buckets]
+        self._bounds = np.asarray(self.bounds)
         self._series: dict[tuple[str, ...], list[float]] = {}  # counts per bucket, sum, created
+        self._pending: dict[tuple[str, ...], list[float]] = {}  # observations not folded yet
 
-    def series(self, labels: tuple[str, ...]) -> list[float]:
-        """The mutable row of ``labels``: observe with :meth:`observe_into`."""
-        row = self._series.get(labels)
-        if row is None:
-            row = self._series[labels] = [0] * (len(self.bounds) + 1) + [0.0, time.time()]
-        return row
-
-    def observe_into(self, row: list[float], value: float) -> None:
-        row[bisect_left(self.bounds, value)] += 1
-        row[-2] += value
+    def values(self, labels: tuple[str, ...]) -> list[float]:
+        """The list to append observations of ``labels`` to (folded by :meth:`fold`)."""
+        pending = self._pending.get(labels)
+        if pending is None:
+            self._series[labels] = [0] * (len(self.bounds) + 1) + [0.0, time.time()]
+            pending = self._pending[labels] = []
+        return pending
 
     def observe(self, labels: tuple[str, ...], value: float) -> None:
-        self.observe_into(self.series(labels), value)
+        self.values(labels).append(value)
+
+    def fold(self) -> None:
+        """Move the pending observations into the buckets (``le``: value <= bound)."""
+        for labels, pending in self._pending.items():
+            if not pending:
+                continue
+            row = self._series[labels]
+            where = np.searchsorted(self._bounds, pending, side="left")
+            for i, count in enumerate(np.bincount(where, minlength=len(self.bounds) + 1)):
+                row[i] += int(count)
+            row[-2] += math.fsum(pending)
+            pending.clear()
 
     def collect(self) -> Iterator[Metric]:
+        self.fold()
         metric = Metric(self.name, self.documentation, "histogram")
         les = [floatToGoString(b) for b in self.bounds] + ["+Inf"]
         for labels, row in sorted(self._series.items()):
@@ -80,15 +95,44 @@ class LoopHistogram(Collector):
         yield metric
 
 
+class LoopCounter(Collector):
+    """A labelled counter incremented from the event loop's thread only (no lock); exposed as
+    ``prometheus_client.Counter`` exposes one (``_total`` and ``_created``)."""
+
+    def __init__(self, name: str, documentation: str, labelnames: Sequence[str]) -> None:
+        self.name = name
+        self.documentation = documentation
+        self.labelnames = tuple(labelnames)
+        self._values: dict[tuple[str, ...], list[float]] = {}  # value, created
+
+    def series(self, labels: tuple[str, ...]) -> list[float]:
+        row = self._values.get(labels)
+        if row is None:
+            row = self._values[labels] = [0.0, time.time()]
+        return row
+
+    def inc(self, labels: tuple[str, ...], amount: float = 1.0) -> None:
+        self.series(labels)[0] += amount
+
+    def collect(self) -> Iterator[Metric]:
+        metric = Metric(self.name, self.documentation, "counter")
+        for labels, (value, created) in sorted(self._values.items()):
+            base = dict(zip(self.labelnames, labels))
+            metric.add_sample(f"{self.name}_total", base, value)
+            metric.add_sample(f"{self.name}_created", base, created)
+        yield metric
+
+
+_FOLD_EVERY = 4096  # observations between folds: bounds the pending lists' memory
+
+
 class AppMetrics:
     """Counters and histograms of one App; ``queue_depths`` is read at each scrape."""
 
     def __init__(self, queue_depths: Callable[[], Mapping[str, int]]) -> None:
         self.registry = CollectorRegistry()
-        self.queries = Counter("ayo_queries", "Queries started", ["app"], registry=self.registry)
-        self.failed = Counter(
-            "ayo_queries_failed", "Queries that failed", ["app", "reason"], registry=self.registry
-        )
+        self.queries = LoopCounter("ayo_queries", "Queries started", ["app"])
+        self.failed = LoopCounter("ayo_queries_failed", "Queries that failed", ["app", "reason"])
         self.latency = LoopHistogram(
             "ayo_query_latency_seconds", "End-to-end query latency", ["app"], _LATENCY_BUCKETS
         )
@@ -101,39 +145,54 @@ class AppMetrics:
             ["engine", "op"],
             _LATENCY_BUCKETS,
         )
-        for histogram in (self.latency, self.batch_size, self.primitive_latency):
-            self.registry.register(histogram)
+        self._histograms = (self.latency, self.batch_size, self.primitive_latency)
+        for collector in (self.queries, self.failed, *self._histograms):
+            self.registry.register(collector)
         self.registry.register(_QueueDepth(queue_depths))
         self._batch_sizes: dict[str, list[float]] = {}
-        self._rows: dict[tuple[str, str], list[float]] = {}
-        self._apps: dict[str, tuple[object, object]] = {}
+        self._rows: dict[str, dict[str, list[float]]] = {}  # engine -> op -> pending latencies
+        self._apps: dict[str, tuple[list[float], list[float]]] = {}
+        self._unfolded = 0
 
     def batch(self, record: BatchRecord) -> None:
         """One finished engine batch: its size, and each request's queued + run time."""
-        sizes = self._batch_sizes.get(record.engine)
+        engine, ended = record.engine, record.ended
+        sizes = self._batch_sizes.get(engine)
         if sizes is None:
-            sizes = self._batch_sizes[record.engine] = self.batch_size.series((record.engine,))
-        self.batch_size.observe_into(sizes, len(record.requests))
-        rows, engine, ended = self._rows, record.engine, record.ended
-        bounds, find = self.primitive_latency.bounds, bisect_left
-        for r in record.primitives:
-            row = rows.get((engine, r.op))
-            if row is None:
-                row = rows[(engine, r.op)] = self.primitive_latency.series((engine, r.op))
-            value = ended - r.enqueued_at
-            row[find(bounds, value)] += 1
-            row[-2] += value
+            sizes = self._batch_sizes[engine] = self.batch_size.values((engine,))
+        sizes.append(len(record.requests))
+        per_op = self._rows.get(engine)
+        if per_op is None:
+            per_op = self._rows[engine] = {}
+        primitives = record.primitives
+        for r in primitives:
+            values = per_op.get(r.op)
+            if values is None:
+                values = per_op[r.op] = self.primitive_latency.values((engine, r.op))
+            values.append(ended - r.enqueued_at)
+        self._unfolded += len(primitives) + 1
+        if self._unfolded >= _FOLD_EVERY:
+            self.fold()
 
     def query_done(self, app: str, seconds: float) -> None:
-        children = self._apps.get(app)
-        if children is None:
-            children = self._apps[app] = (self.queries.labels(app), self.latency.series((app,)))
-        children[0].inc()  # type: ignore[attr-defined]
-        self.latency.observe_into(children[1], seconds)  # type: ignore[arg-type]
+        rows = self._apps.get(app)
+        if rows is None:
+            rows = self._apps[app] = (self.queries.series((app,)), self.latency.values((app,)))
+        rows[0][0] += 1
+        rows[1].append(seconds)
+        self._unfolded += 1
+        if self._unfolded >= _FOLD_EVERY:
+            self.fold()
 
     def query_failed(self, app: str, exc: BaseException) -> None:
-        self.queries.labels(app).inc()
-        self.failed.labels(app, type(exc).__name__).inc()
+        self.queries.inc((app,))
+        self.failed.inc((app, type(exc).__name__))
+
+    def fold(self) -> None:
+        """Fold the pending observations into the histograms' buckets."""
+        for histogram in self._histograms:
+            histogram.fold()
+        self._unfolded = 0
 
     def exposition(self) -> bytes:
         """The text format served at ``/metrics``."""

@@ -2,6 +2,10 @@
 
 import asyncio
 import json
+import random
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from ayo.scheduler.batching import BatchLimits, PendingRequest
 from ayo.scheduler.engine_scheduler import EngineScheduler
@@ -83,6 +87,49 @@ def test_loop_histogram_exposes_what_a_prometheus_histogram_does():
     for value, labels in [(0.5, ("a", "b")), (0.001, ("a", "b")), (3, ("a", "c")), (0, ("z", "b"))]:
         ref.labels(*labels).observe(value)
         ours.observe(labels, value)
+
+    def text(r):  # creation times differ
+        return re.sub(r"(_created\{[^}]*\}) \S+", r"\1", generate_latest(r).decode())
+
+    assert text(registry) == text(ref_registry)
+
+    # Many observations, on the bounds and between them, folded in several goes.
+    rng = random.Random(0)
+    for i in range(5000):
+        value = rng.choice(buckets) if i % 3 == 0 else rng.uniform(0, 3)
+        labels = rng.choice([("a", "b"), ("a", "c"), ("q", "r")])
+        ref.labels(*labels).observe(value)
+        ours.observe(labels, value)
+        if i % 1777 == 0:
+            ours.fold()
+
+    def samples(r):
+        return {
+            (s.name, tuple(sorted(s.labels.items()))): s.value
+            for family in text_string_to_metric_families(generate_latest(r).decode())
+            for s in family.samples
+            if not s.name.endswith("_created")
+        }
+
+    got, want = samples(registry), samples(ref_registry)
+    assert got.keys() == want.keys()
+    assert all(got[k] == pytest.approx(want[k], rel=1e-12) for k in want)
+
+
+def test_loop_counter_exposes_what_a_prometheus_counter_does():
+    import re
+
+    from prometheus_client import CollectorRegistry, Counter, generate_latest
+
+    from ayo.metrics import LoopCounter
+
+    ref_registry, registry = CollectorRegistry(), CollectorRegistry()
+    ref = Counter("ayo_things", "doc", ["app", "reason"], registry=ref_registry)
+    ours = LoopCounter("ayo_things", "doc", ["app", "reason"])
+    registry.register(ours)
+    for labels, amount in [(("a", "x"), 1), (("b", "y"), 2.5), (("a", "x"), 1)]:
+        ref.labels(*labels).inc(amount)
+        ours.inc(labels, amount)
 
     def text(r):  # creation times differ
         return re.sub(r"(_created\{[^}]*\}) \S+", r"\1", generate_latest(r).decode())
