@@ -19,7 +19,7 @@ import contextlib
 import itertools
 import logging
 import time
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -157,7 +157,7 @@ class App:
         await self.close()
 
     # -- queries -----------------------------------------------------------------------------
-    async def run(
+    def run(
         self,
         name: str,
         inputs: Mapping[str, Any],
@@ -165,8 +165,10 @@ class App:
         optimize: bool = True,
         deadline: float | None = None,
         wait: bool = True,
-    ) -> QueryResult:
-        """Run workflow ``name`` on ``inputs``.
+    ) -> Coroutine[Any, Any, QueryResult]:
+        """Run workflow ``name`` on ``inputs``: ``await app.run(...)`` gives the
+        :class:`QueryResult` (a plain method returning the query's coroutine, so awaiting it
+        adds no frame to every resume of the query).
 
         Args:
             optimize: run the optimized plan (else the module-by-module one).
@@ -178,7 +180,7 @@ class App:
             KeyError: unknown workflow. ``PlanError``: inputs that do not fit it.
             ``ExecutionError``: a primitive failed (named in the message, cause chained).
         """
-        return await self._run(name, inputs, optimize, deadline, None, wait)
+        return self._run(name, inputs, optimize, deadline, None, wait)  # awaited by the caller
 
     async def stream(
         self,

@@ -214,33 +214,72 @@ class BatchedLLM:
 
     async def decode(self, seq: Any, params: DecodeParams) -> AsyncIterator[Any]:
         i, raw = self._route(seq)
-        info = CURRENT.get()
-        enqueued = self._clock()
-        admission = self.admissions[i] if self.admissions is not None else None
+        info, run = CURRENT.get(), _DecodeRun(self._clock())
         self._busy[i] += 1  # from the start: a decode waiting for KV room keeps the LLM busy too
-        acquired, pieces, ok = False, 0, False
-        started = enqueued
-        request = make_request(None)  # for the KV admission, then the trace row
         try:
-            if self._held and _key(i, raw) in self._held:
-                await self._flush(i, raw)
-            if admission is not None:
-                await admission.acquire(request)
-                acquired = True
-            started = self._clock()
+            await self._admit(i, raw, run)
             async for piece in self.instances[i].decode(raw, params):
-                pieces += 1
+                run.pieces += 1
                 if info is not None:
                     info.query.decoded(info.node_id, piece)
                 yield piece
-            ok = True
+            run.ok = True
         finally:
-            self._idle_check(i)
-            if acquired:
-                admission.release()  # type: ignore[union-attr]
-            if self.on_batch is not None:
-                request.tokens, request.enqueued_at = pieces, enqueued
-                self.on_batch(BatchRecord(self._rows[i], (request,), started, self._clock(), ok))
+            self._decoded(i, run)
+
+    async def decode_text(self, seq: Any, params: DecodeParams) -> str:
+        """:meth:`decode` joined into one string (the pieces still go to the query as they
+        come): one coroutine instead of an async generator over another."""
+        i, raw = self._route(seq)
+        info, run = CURRENT.get(), _DecodeRun(self._clock())
+        self._busy[i] += 1
+        pieces: list[str] = []
+        try:
+            await self._admit(i, raw, run)
+            async for piece in self.instances[i].decode(raw, params):
+                if info is not None:
+                    info.query.decoded(info.node_id, piece)
+                pieces.append(piece if isinstance(piece, str) else piece.text)
+            run.ok = True
+        finally:
+            run.pieces = len(pieces)
+            self._decoded(i, run)
+        return "".join(pieces)
+
+    async def _admit(self, i: int, raw: Any, run: _DecodeRun) -> None:
+        """Before a decode: the sequence's held tokens, then room in the KV cache."""
+        if self._held and _key(i, raw) in self._held:
+            await self._flush(i, raw)
+        admission = self.admissions[i] if self.admissions is not None else None
+        if admission is not None:
+            await admission.acquire(run.request)
+            run.admission = admission
+        run.started = self._clock()
+
+    def _decoded(self, i: int, run: _DecodeRun) -> None:
+        """After a decode, however it ended: the KV room back, the trace row."""
+        self._idle_check(i)
+        if run.admission is not None:
+            run.admission.release()
+        if self.on_batch is not None:
+            request = run.request
+            request.tokens, request.enqueued_at = run.pieces, run.enqueued
+            self.on_batch(
+                BatchRecord(self._rows[i], (request,), run.started, self._clock(), run.ok)
+            )
+
+
+class _DecodeRun:
+    """One decode's bookkeeping (admission held, pieces, times) for :class:`BatchedLLM`."""
+
+    __slots__ = ("admission", "enqueued", "ok", "pieces", "request", "started")
+
+    def __init__(self, now: float) -> None:
+        self.request = make_request(None)  # for the KV admission, then the trace row
+        self.enqueued = self.started = now
+        self.admission: Admission | None = None
+        self.pieces = 0
+        self.ok = False
 
 
 def _key(instance: int, raw: Any) -> Any:

@@ -133,17 +133,19 @@ async def _full_prefill(node: Node, inputs: dict[str, Any], ctx: QueryContext) -
 
 
 async def _decode_text(ctx: QueryContext, handle: SeqHandle, params: DecodeParams) -> str:
+    llm = ctx.engines[handle.engine]
     try:
-        return "".join(
-            [_text(p) async for p in ctx.engines[handle.engine].decode(handle.seq, params)]
-        )
+        whole = getattr(llm, "decode_text", None)  # the batching proxy's one-coroutine path
+        if whole is not None:
+            return await whole(handle.seq, params)
+        return "".join([_text(p) async for p in llm.decode(handle.seq, params)])
     finally:
         await ctx.close_seq(handle.engine, handle.seq)
 
 
 async def _decode(node: Node, inputs: dict[str, Any], ctx: QueryContext) -> dict[str, Any]:
     cfg = node.config
-    params = DecodeParams(max_tokens=cfg["max_tokens"])
+    params = _params(cfg["max_tokens"])
     if cfg.get("item_port"):
         texts = await asyncio.gather(*(_decode_text(ctx, h, params) for h in inputs["seqs"]))
         return {"texts": list(texts)}
@@ -151,6 +153,11 @@ async def _decode(node: Node, inputs: dict[str, Any], ctx: QueryContext) -> dict
     if cfg["parse"] == "text":
         return {"text": text}
     return {"items": parse_items(text, cfg["parse"], cfg["max_items"])}
+
+
+@functools.lru_cache(maxsize=256)
+def _params(max_tokens: int) -> DecodeParams:
+    return DecodeParams(max_tokens=max_tokens)
 
 
 async def partial_decode_items(
