@@ -313,6 +313,29 @@ def test_the_deadline_interrupts_the_primitive_running_in_the_callers_task() -> 
     assert all(d == 0 for d in depths.values()) and still_open == 0
 
 
+class SlowOpenLLM(FakeLLM):
+    """Opening a sequence suspends (as a real engine's worker hand-off does)."""
+
+    async def open(self) -> int:
+        await asyncio.sleep(0.001)
+        return await super().open()
+
+
+async def test_a_primitive_started_eagerly_that_suspends_keeps_its_own_request_info() -> None:
+    # The partial prefill starts eagerly inside run() and suspends in open(): it goes on in a
+    # task whose context names it, while the embed runs in the caller's task under its own.
+    app, _ = _app_with(llm=SlowOpenLLM())
+    inputs = {"question": "why do stars shine"}
+    async with app:
+        result = await app.run("naive_rag", inputs)
+        reference = await app.run("naive_rag", inputs, optimize=False)
+    rows = {(s.node_id, s.engine, s.query_id) for s in result.trace.spans}
+    q = result.query_id
+    assert ("synthesis.prefill.partial", "llm", q) in rows
+    assert ("retrieval.embed", "embedder", q) in rows and ("retrieval.search", "index", q) in rows
+    assert len(result.trace.spans) == 7 and result.outputs == reference.outputs
+
+
 async def test_the_callers_request_info_is_restored_after_a_query() -> None:
     from ayo.scheduler.request_info import CURRENT
 
