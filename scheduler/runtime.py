@@ -12,10 +12,18 @@ released however the query ends) and adds:
 - streamed answers: pieces decoded by chosen nodes go to a callback as they are written;
 - a callback per finished control primitive (Map, Condition, Aggregate) for traces.
 
-And it is cheaper per primitive (the runtime's dispatch overhead): the first primitive a task's
-outputs make ready runs next in that same task (a chain of primitives costs one task, not one
-each), control primitives that cannot suspend run inline without a task, and what each node
-needs (handler, ports, policy inputs, out edges) is computed once per plan (:class:`PlanCosts`).
+And it is cheaper per primitive (the runtime's dispatch overhead):
+
+- the first primitive the query inputs make ready runs in the caller's own task, and the first
+  primitive a primitive's outputs make ready runs next in the same task, so a chain of
+  primitives costs no task at all; an error elsewhere or the deadline interrupts the caller's
+  primitive as it would a task's;
+- other primitives made ready start eagerly, in place, and get a task only when they suspend
+  (one that answers at once, e.g. a held prefill, costs none), their request info carried in
+  the task's context;
+- control primitives that cannot suspend run inline, their handler called directly;
+- what each node needs (handler, ports, policy inputs, unpacked out edges, whether SKIPPED can
+  reach it) is computed once per plan (:class:`PlanCosts`).
 """
 
 from __future__ import annotations
