@@ -384,11 +384,24 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument(
         "--no-real", action="store_true", help="--overhead: skip the real-engine share"
     )
+    parser.add_argument(
+        "--single",
+        type=int,
+        metavar="ROUNDS",
+        help="one overhead run of ROUNDS rounds (critical_path, serving gc), for instruction "
+        "counts: valgrind --tool=callgrind ... --single 3 minus --single 1, over inflight*2 queries",
+    )
     parser.add_argument("--queries", type=int, default=200)
     parser.add_argument("--loads", default="0.7,1.0,1.3")
     parser.add_argument("--apps", default=",".join(APPS))
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
+    if args.single is not None:
+        wall, _ = asyncio.run(
+            _overhead_once(args.inflight, args.single, "critical_path", "serving")
+        )
+        print(f"{wall * 1e6:.1f} us per primitive")
+        return
     if args.overhead:
         overhead_report(args.inflight, args.rounds, args.repeats, not args.no_real)
         return
