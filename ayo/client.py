@@ -443,26 +443,3 @@ async def _chat_deltas(resp: aiohttp.ClientResponse) -> AsyncIterator[str]:
                     yield text
     finally:
         resp.close()
-
-
-__all__ = [
-    "AppInfo",
-    "AppInput",
-    "AsyncClient",
-    "AyoError",
-    "BadRequest",
-    "CollectionInfo",
-    "Completion",
-    "ConnectionFailed",
-    "ContextLengthExceeded",
-    "IngestResult",
-    "ModelInfo",
-    "NotFound",
-    "PayloadTooLarge",
-    "QueryResponse",
-    "RateLimited",
-    "ServerError",
-    "StreamDelta",
-    "Unauthorized",
-    "Usage",
-]

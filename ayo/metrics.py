@@ -170,9 +170,7 @@ class AppMetrics:
             if values is None:
                 values = per_op[r.op] = self.primitive_latency.values((engine, r.op))
             values.append(ended - r.enqueued_at)
-        self._unfolded += len(primitives) + 1
-        if self._unfolded >= _FOLD_EVERY:
-            self.fold()
+        self._observed(len(primitives) + 1)
 
     def query_done(self, app: str, seconds: float) -> None:
         rows = self._apps.get(app)
@@ -180,13 +178,16 @@ class AppMetrics:
             rows = self._apps[app] = (self.queries.series((app,)), self.latency.values((app,)))
         rows[0][0] += 1
         rows[1].append(seconds)
-        self._unfolded += 1
-        if self._unfolded >= _FOLD_EVERY:
-            self.fold()
+        self._observed(1)
 
     def query_failed(self, app: str, exc: BaseException) -> None:
         self.queries.inc((app,))
         self.failed.inc((app, type(exc).__name__))
+
+    def _observed(self, count: int) -> None:
+        self._unfolded += count
+        if self._unfolded >= _FOLD_EVERY:
+            self.fold()
 
     def fold(self) -> None:
         """Fold the pending observations into the histograms' buckets."""

@@ -46,7 +46,7 @@ class PlanCache:
         # The config is fixed per cache; its hash stands for it in every key.
         self._config_key = hash(tuple(sorted(self.profiles.items())))
         self._plans: OrderedDict[Hashable, Plan] = OrderedDict()
-        # (id(target), optimize, raw input sizes) -> ((id, target), key in _plans)
+        # (id(target), optimize, raw input sizes) -> (target, its key in _plans)
         self._keys: dict[tuple, tuple] = {}
         self._hits = 0
         self._misses = 0
@@ -61,21 +61,18 @@ class PlanCache:
             for k, v in inputs.items()
             if v is not None
         )
-        key = self._keys.get((id(target), optimize, sizes))
-        if key is not None and key[0][1] is target:
-            plan = self._plans.get(key[1])
+        seen = self._keys.get((id(target), optimize, sizes))
+        if seen is not None and seen[0] is target:  # not another object with a reused id
+            plan = self._plans.get(seen[1])
             if plan is not None:
                 self._hits += 1
-                self._plans.move_to_end(key[1])
+                self._plans.move_to_end(seen[1])
                 return plan
         shape = InputShape.of(inputs)
         plan = self.get(target, shape, optimize)
         if len(self._keys) >= 4 * self.max_entries:
             self._keys.clear()
-        self._keys[(id(target), optimize, sizes)] = (
-            (id(target), target),
-            self._key(target, shape, optimize),
-        )
+        self._keys[(id(target), optimize, sizes)] = (target, self._key(target, shape, optimize))
         return plan
 
     def _key(self, target: AppTemplate | Workflow, shape: InputShape, optimize: bool) -> Hashable:

@@ -206,12 +206,6 @@ class BatchedLLM:
         if tokens:
             await self._issue(i, make_request(PrefillCall(raw, tokens), 1, len(tokens)))
 
-    async def _flush(self, i: int, raw: Any) -> None:
-        """Compute the tokens still held for ``raw`` (before its decode)."""
-        held = self._take(i, raw)
-        if held is not None:
-            await (held.future if held.future is not None else self._issue(i, held.request))
-
     async def decode(self, seq: Any, params: DecodeParams) -> AsyncIterator[Any]:
         i, raw = self._route(seq)
         info, run = CURRENT.get(), _DecodeRun(self._clock())
@@ -247,9 +241,10 @@ class BatchedLLM:
         return "".join(pieces)
 
     async def _admit(self, i: int, raw: Any, run: _DecodeRun) -> None:
-        """Before a decode: the sequence's held tokens, then room in the KV cache."""
-        if self._held and _key(i, raw) in self._held:
-            await self._flush(i, raw)
+        """Before a decode: the sequence's held tokens computed, then room in the KV cache."""
+        held = self._take(i, raw) if self._held else None
+        if held is not None:
+            await (held.future if held.future is not None else self._issue(i, held.request))
         admission = self.admissions[i] if self.admissions is not None else None
         if admission is not None:
             await admission.acquire(run.request)

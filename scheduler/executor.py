@@ -134,8 +134,12 @@ class QueryRun:
         except asyncio.CancelledError:
             raise
         except Exception as exc:
-            logger.debug("query %s: node %s failed", self.ctx.query_id, node.id, exc_info=True)
-            self._fail(ExecutionError(node.id, node.op.value, exc))
+            self._node_failed(node, exc)
+
+    def _node_failed(self, node: Node, exc: Exception) -> None:
+        """``node`` raised: the query fails with an ExecutionError naming it (cause chained)."""
+        logger.debug("query %s: node %s failed", self.ctx.query_id, node.id, exc_info=exc)
+        self._fail(ExecutionError(node.id, node.op.value, exc))
 
     def _fail(self, exc: BaseException) -> None:
         """End the query with ``exc`` (the first error wins)."""

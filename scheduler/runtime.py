@@ -100,9 +100,9 @@ class NodeFacts:
     may_skip: bool = True
 
 
-# An out edge: (edge, src_port, dst id, dst_port, streams?, dst node or None for the output,
-# dst runs inline?), unpacked so the hot loop reads no attributes.
-Route = tuple[Edge, str, str, str, bool, Node | None, bool]
+# An out edge: (edge, src_port, dst id, dst_port, streams?, dst node or None for the output),
+# unpacked so the hot loop reads no attributes.
+Route = tuple[Edge, str, str, str, bool, Node | None]
 
 
 @dataclass(frozen=True)
@@ -158,7 +158,6 @@ class PlanCosts:
                     e.dst_port,
                     e.kind == EdgeKind.STREAM,
                     None if e.dst == OUTPUT_ID else plan.node(e.dst),
-                    e.dst in inline,
                 )
                 for e in plan.out_edges(n.id)
             )
@@ -314,7 +313,7 @@ class GraphRun(QueryRun):
     def _emit(self, node: Node, outputs: Mapping[str, Any]) -> None:
         # QueryRun._emit with QueryRun._deliver folded in, over the plan's precomputed routes.
         inbox, pending = self._inbox, self._pending
-        for edge, src_port, dst_id, dst_port, stream, dst, inline in self.costs.routes[node.id]:
+        for edge, src_port, dst_id, dst_port, stream, dst in self.costs.routes[node.id]:
             value = outputs[src_port]
             if stream:
                 self._queues[edge].put_nowait(value)
@@ -325,12 +324,8 @@ class GraphRun(QueryRun):
                 if dst is None:
                     self._outputs_ready = True
                     self._finish()
-                elif inline:
-                    self._run_control(dst)
-                elif self._continuing and self._next is None:
-                    self._next = dst  # the task that made it ready runs it next (no new task)
                 else:
-                    self._start_eagerly(dst)
+                    self._start(dst)
 
     def _start(self, node: Node) -> None:
         if node.id not in self.costs.inline:
@@ -342,43 +337,31 @@ class GraphRun(QueryRun):
         self._run_control(node)
 
     def _run_control(self, node: Node) -> None:
-        """A control primitive that cannot suspend: run here, in the emitting primitive."""
+        """A control primitive that cannot suspend: run here, in the emitting primitive (a
+        plain one by calling its handler directly, others through QueryRun._run_node)."""
         start = self._clock() if self._on_control is not None else 0.0
         facts = self._facts[node.id]
-        if facts.handler is not None:  # a plain control primitive: call its handler here
-            data = self._data(node.id, facts)
-            if not facts.may_skip or not any(value is SKIPPED for value in data.values()):
-                self._run_inline(node, facts.handler, data)
-                if self._on_control is not None:
-                    self._on_control(node, start, self._clock(), not self._failed(node))
-                return
-        step = QueryRun._run_node(self, node)  # no engine call: no RequestInfo, no task
+        data = self._data(node.id, facts) if facts.handler is not None else None
+        if data is not None and facts.may_skip and any(v is SKIPPED for v in data.values()):
+            data = None  # skipped: the executor's path sends SKIPPED on
+        if data is not None:
+            step = facts.handler(node, data, self.ctx)  # type: ignore[misc]
+        else:
+            step = QueryRun._run_node(self, node)  # emits, counts and reports failure itself
         try:
             step.send(None)
-        except StopIteration:
-            pass
+        except StopIteration as stop:
+            if data is not None:
+                self._emit(node, stop.value)
+                self._running -= 1
+                self._finish()
+        except Exception as exc:  # only a handler raises here; the query gets the error
+            self._node_failed(node, exc)
         else:  # an inline primitive awaited something: a bug in _inline_nodes
             step.close()
             raise RuntimeError(f"inline primitive {node.id!r} suspended")
         if self._on_control is not None:
             self._on_control(node, start, self._clock(), not self._failed(node))
-
-    def _run_inline(self, node: Node, handler: Handler, data: dict[str, Any]) -> None:
-        step = handler(node, data, self.ctx)
-        try:
-            step.send(None)
-        except StopIteration as stop:
-            outputs = stop.value
-        except Exception as exc:
-            log.debug("query %s: node %s failed", self.ctx.query_id, node.id, exc_info=True)
-            self._fail(ExecutionError(node.id, node.op.value, exc))
-            return
-        else:  # an inline primitive awaited something: a bug in _inline_nodes
-            step.close()
-            raise RuntimeError(f"inline primitive {node.id!r} suspended")
-        self._emit(node, outputs)
-        self._running -= 1
-        self._finish()
 
     def _start_eagerly(self, node: Node) -> None:
         """Run ``node`` here and now up to its first suspension; only then does it get a task
@@ -445,8 +428,7 @@ class GraphRun(QueryRun):
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
-                log.debug("query %s: node %s failed", self.ctx.query_id, node.id, exc_info=True)
-                self._fail(ExecutionError(node.id, node.op.value, exc))
+                self._node_failed(node, exc)
             finally:
                 if active.pop(done.id, None) == self._remaining:
                     self._remaining = None

@@ -336,6 +336,32 @@ async def test_a_primitive_started_eagerly_that_suspends_keeps_its_own_request_i
     assert len(result.trace.spans) == 7 and result.outputs == reference.outputs
 
 
+async def test_a_control_primitive_that_raises_fails_its_query_by_name(monkeypatch) -> None:
+    # Control primitives run inline, inside the primitive whose outputs made them ready; an
+    # error there still reaches the query, naming the control primitive, and the app serves on.
+    import dataclasses
+
+    from ayo.scheduler import functions
+
+    spec = functions.MAP_FUNCTIONS["format_docs"]
+
+    def boom(config, docs):
+        raise ValueError("cannot format these documents")
+
+    async with App.fake() as app:
+        good = await app.run("naive_rag", {"question": "why"})
+        monkeypatch.setitem(
+            functions.MAP_FUNCTIONS, "format_docs", dataclasses.replace(spec, func=boom)
+        )
+        with pytest.raises(ExecutionError, match="cannot format these documents") as info:
+            await app.run("naive_rag", {"question": "why"})
+        monkeypatch.setitem(functions.MAP_FUNCTIONS, "format_docs", spec)
+        again = await app.run("naive_rag", {"question": "why"})
+        depths = app.engines.queue_depths()
+    assert info.value.node == "synthesis.format" and again.outputs == good.outputs
+    assert all(d == 0 for d in depths.values())
+
+
 async def test_the_callers_request_info_is_restored_after_a_query() -> None:
     from ayo.scheduler.request_info import CURRENT
 
