@@ -92,7 +92,7 @@ class App:
         self._workflows: dict[str, AppTemplate | Workflow] = dict(APPS) if builtin_apps else {}
         self._plans: PlanCache | None = None
         self._costs: dict[int, tuple[Plan, PlanCosts]] = {}
-        self._traces: dict[int, Trace] = {}
+        self._traces: dict[int, list[tuple]] = {}  # query id -> its trace rows (Trace.rows)
         self._ids = itertools.count(1)
 
     # -- registration ------------------------------------------------------------------------
@@ -236,8 +236,8 @@ class App:
             plan = self.plans.for_inputs(target, inputs, optimize)
             query_id = next(self._ids)
             start = self._clock()
-            trace = self._traces[query_id] = Trace(origin=start)
-            add_row = trace.add_row
+            trace = Trace(origin=start)
+            rows = self._traces[query_id] = trace.rows
             run = GraphRun(
                 plan,
                 inputs,
@@ -247,7 +247,7 @@ class App:
                 deadline=None if deadline is None else start + deadline,
                 stream_nodes=answer_nodes(plan) if on_piece else frozenset(),
                 on_piece=on_piece,
-                on_control=lambda node, t0, t1, ok: add_row(
+                on_control=lambda node, t0, t1, ok: rows.append(
                     (query_id, node.id, "control", t0, t0, t1, 1, ok)  # a control Span's fields
                 ),
                 clock=self._clock,
@@ -286,13 +286,14 @@ class App:
         return entry[1]
 
     def _on_batch(self, record: BatchRecord) -> None:
-        self.metrics.batch(record)
+        primitives = record.primitives
+        self.metrics.batch(record, primitives)
         traces, size, ok = self._traces, len(record.requests), record.ok
         engine, started, ended = record.engine, record.started, record.ended
-        for r in record.primitives:
-            trace = traces.get(r.query_id)
-            if trace is not None:  # a Span's fields, built when the trace is read
-                trace.add_row(
+        for r in primitives:
+            rows = traces.get(r.query_id)
+            if rows is not None:  # a Span's fields, built when the trace is read
+                rows.append(
                     (r.query_id, r.node_id, engine, r.enqueued_at, started, ended, size, ok)
                 )
 

@@ -19,6 +19,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
+from ayo.scheduler.batching import PendingRequest
 from ayo.scheduler.engine_scheduler import BatchRecord
 
 _LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
@@ -154,8 +155,11 @@ class AppMetrics:
         self._apps: dict[str, tuple[list[float], list[float]]] = {}
         self._unfolded = 0
 
-    def batch(self, record: BatchRecord) -> None:
-        """One finished engine batch: its size, and each request's queued + run time."""
+    def batch(
+        self, record: BatchRecord, primitives: tuple[PendingRequest, ...] | None = None
+    ) -> None:
+        """One finished engine batch: its size, and each request's queued + run time
+        (``primitives``: ``record.primitives``, when the caller has it already)."""
         engine, ended = record.engine, record.ended
         sizes = self._batch_sizes.get(engine)
         if sizes is None:
@@ -164,7 +168,8 @@ class AppMetrics:
         per_op = self._rows.get(engine)
         if per_op is None:
             per_op = self._rows[engine] = {}
-        primitives = record.primitives
+        if primitives is None:
+            primitives = record.primitives
         for r in primitives:
             values = per_op.get(r.op)
             if values is None:

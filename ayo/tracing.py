@@ -42,25 +42,26 @@ class Span:
 class Trace:
     """Spans of one or more queries; ``origin`` is the clock value shown as time 0.
 
-    The runtime records spans as plain tuples (:meth:`add_row`, one allocation per primitive);
-    :attr:`spans` builds the :class:`Span` objects when first read.
+    The runtime records spans as plain tuples (:meth:`add_row`, or appending to :attr:`rows`
+    directly: one allocation per primitive); :attr:`spans` builds the :class:`Span` objects
+    when first read.
     """
 
     def __init__(self, spans: Iterable[Span] = (), origin: float | None = None) -> None:
         self._spans: list[Span] = list(spans)
-        self._rows: list[tuple] = []
+        self.rows: list[tuple] = []  # spans not yet built: tuples of Span's fields
         self.origin = origin
 
     @property
     def spans(self) -> list[Span]:
-        if self._rows:
-            self._spans.extend([Span(*row) for row in self._rows])
-            self._rows.clear()
+        if self.rows:
+            self._spans.extend([Span(*row) for row in self.rows])
+            self.rows.clear()
         return self._spans
 
     def __len__(self) -> int:
         """Spans recorded (without building them)."""
-        return len(self._spans) + len(self._rows)
+        return len(self._spans) + len(self.rows)
 
     def __repr__(self) -> str:
         return f"Trace(spans={self.spans!r}, origin={self.origin!r})"
@@ -70,11 +71,11 @@ class Trace:
 
     def add_row(self, row: tuple) -> None:
         """A span as the tuple of :class:`Span`'s fields, in order."""
-        self._rows.append(row)
+        self.rows.append(row)
 
     def add_batch(self, record: BatchRecord) -> None:
         """All requests of one finished engine batch."""
-        size, rows = len(record.requests), self._rows
+        size, rows = len(record.requests), self.rows
         for r in record.primitives:
             rows.append(
                 (r.query_id, r.node_id, record.engine, r.enqueued_at, record.started,

@@ -17,6 +17,7 @@ adds no engine step and reorders nothing, and on an idle one it fills time the L
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -25,7 +26,7 @@ from typing import Any
 from .admission import Admission
 from .batched import PrefillCall, Submitter
 from .engine_api import DecodeParams
-from .engine_scheduler import BatchRecord
+from .engine_scheduler import BatchRecord, EngineScheduler
 from .request_info import CURRENT, make_request
 
 
@@ -89,7 +90,15 @@ class BatchedLLM:
         self.on_batch = on_batch
         self._clock = clock
         self._open = [0] * len(self.instances)
-        self._busy = [0] * len(self.instances)  # prefills queued or running, decodes running
+        # Busy: decodes running, prefills queued or running. A scheduler that reports its own
+        # load and calls on_idle counts its prefills itself (no callback per request); for the
+        # others (and with no scheduler) each prefill's future is watched.
+        self._busy = [0] * len(self.instances)
+        self._loads: list[EngineScheduler | None] = [None] * len(self.instances)
+        for i, sched in enumerate(self.schedulers or ()):
+            if isinstance(sched, EngineScheduler) and sched.on_idle is None:
+                sched.on_idle = functools.partial(self._arm, i)
+                self._loads[i] = sched
         self._armed = [False] * len(self.instances)  # an idle look-again is scheduled
         self._held: dict[Any, _Held] = {}  # _key(instance, sequence) -> held tokens, oldest first
         self._unissued: list[dict[Any, _Held]] = [{} for _ in self.instances]  # per instance
@@ -152,12 +161,13 @@ class BatchedLLM:
         if not tokens:
             return
         i, raw = self._route(seq)
-        if _key(i, raw) in self._held:
+        key = _key(i, raw)
+        if key in self._held:
             raise RuntimeError("prefill_when_idle twice on one sequence without a prefill between")
-        request = make_request(PrefillCall(raw, list(tokens)), 1, len(tokens))
+        tokens = list(tokens)
+        request = make_request(PrefillCall(raw, tokens), 1, len(tokens))
         request.enqueued_at = self._clock()
-        held = self._held[_key(i, raw)] = _Held(i, raw, list(tokens), request)
-        self._unissued[i][_key(i, raw)] = held
+        self._held[key] = self._unissued[i][key] = _Held(i, raw, tokens, request)
         self._arm(i)
 
     def _issue(self, i: int, request: Any) -> Awaitable[None]:
@@ -167,9 +177,15 @@ class BatchedLLM:
             )
         else:
             future = self.schedulers[i].enqueue(request)
+            if self._loads[i] is not None:  # counted by the scheduler's load
+                return future
         self._busy[i] += 1
         future.add_done_callback(lambda _: self._idle_check(i))  # type: ignore[attr-defined]
         return future
+
+    def _is_busy(self, i: int) -> bool:
+        sched = self._loads[i]
+        return bool(self._busy[i] or (sched is not None and sched.load))
 
     def _idle_check(self, i: int) -> None:
         self._busy[i] -= 1
@@ -180,7 +196,7 @@ class BatchedLLM:
         work that usually follows at once (a sequence's decode after its prefill, the next
         step of a chain, the other prefills of a query that just started) must not find the
         held prefills in its way."""
-        if self._busy[i] or self._armed[i] or not self._unissued[i]:
+        if self._armed[i] or not self._unissued[i] or self._is_busy(i):
             return
         self._armed[i] = True
         asyncio.get_running_loop().call_later(IDLE_GRACE_S, self._issue_held, i)
@@ -188,7 +204,7 @@ class BatchedLLM:
     def _issue_held(self, i: int) -> None:
         """Issue every held prefill of instance ``i`` if it is idle (they batch together)."""
         self._armed[i] = False
-        if self._busy[i] or not self._unissued[i]:
+        if not self._unissued[i] or self._is_busy(i):
             return
         waiting, self._unissued[i] = self._unissued[i], {}
         for held in waiting.values():
@@ -215,7 +231,7 @@ class BatchedLLM:
             async for piece in self.instances[i].decode(raw, params):
                 run.pieces += 1
                 if info is not None:
-                    info.query.decoded(info.node_id, piece)
+                    info.query.decoded(info.facts.node_id, piece)
                 yield piece
             run.ok = True
         finally:
@@ -232,7 +248,7 @@ class BatchedLLM:
             await self._admit(i, raw, run)
             async for piece in self.instances[i].decode(raw, params):
                 if info is not None:
-                    info.query.decoded(info.node_id, piece)
+                    info.query.decoded(info.facts.node_id, piece)
                 pieces.append(piece if isinstance(piece, str) else piece.text)
             run.ok = True
         finally:

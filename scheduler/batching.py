@@ -23,7 +23,6 @@ from typing import Any
 POLICIES = ("fcfs", "depth", "critical_path")
 
 
-@dataclass(eq=False, slots=True)
 class PendingRequest:
     """One primitive of one query waiting in an engine scheduler's queue.
 
@@ -41,30 +40,69 @@ class PendingRequest:
         enqueued_at: when it entered the queue (the scheduler's clock).
         seq: arrival order in this queue, the final tie-break.
         op: the primitive's op name (metrics).
-        extra: free for the caller (trace ids, ...).
         folded: requests of other primitives computed inside this one (a held prefill that
             went in with its sequence's next prefill): traced and timed with it.
     """
 
-    query_id: int
-    node_id: str
-    payload: Any = None
-    items: int = 1
-    tokens: int = 0
-    depth: int = 0
-    remaining_ms: float = 0.0
-    query_remaining_ms: float = 0.0
-    deadline: float | None = None
-    enqueued_at: float = 0.0
-    seq: int = 0
-    op: str = ""
-    extra: dict[str, Any] | None = None
-    folded: tuple[PendingRequest, ...] = ()
-    future: Any = None  # set by the engine scheduler while the request is queued or running
+    # A plain slots class, not a dataclass: one is made per engine call, and this __init__
+    # checks its arguments without a second (__post_init__) call.
+    __slots__ = (
+        "deadline",
+        "depth",
+        "enqueued_at",
+        "folded",
+        "future",
+        "items",
+        "node_id",
+        "op",
+        "payload",
+        "query_id",
+        "query_remaining_ms",
+        "remaining_ms",
+        "seq",
+        "tokens",
+    )  # fmt: skip
 
-    def __post_init__(self) -> None:
-        if self.items < 1 or self.tokens < 0:
-            raise ValueError(f"{self.node_id}: items must be >= 1 and tokens >= 0")
+    def __init__(
+        self,
+        query_id: int,
+        node_id: str,
+        payload: Any = None,
+        items: int = 1,
+        tokens: int = 0,
+        depth: int = 0,
+        remaining_ms: float = 0.0,
+        query_remaining_ms: float = 0.0,
+        deadline: float | None = None,
+        enqueued_at: float = 0.0,
+        seq: int = 0,
+        op: str = "",
+        folded: tuple[PendingRequest, ...] = (),
+        future: Any = None,
+    ) -> None:
+        if items < 1 or tokens < 0:
+            raise ValueError(f"{node_id}: items must be >= 1 and tokens >= 0")
+        self.query_id = query_id
+        self.node_id = node_id
+        self.payload = payload
+        self.items = items
+        self.tokens = tokens
+        self.depth = depth
+        self.remaining_ms = remaining_ms
+        self.query_remaining_ms = query_remaining_ms
+        self.deadline = deadline
+        self.enqueued_at = enqueued_at
+        self.seq = seq
+        self.op = op
+        self.folded = folded
+        self.future = future  # set by the engine scheduler while queued or running
+
+    def __repr__(self) -> str:
+        return (
+            f"PendingRequest(query_id={self.query_id}, node_id={self.node_id!r}, "
+            f"items={self.items}, tokens={self.tokens}, depth={self.depth}, "
+            f"remaining_ms={self.remaining_ms}, seq={self.seq})"
+        )
 
 
 @dataclass(frozen=True)

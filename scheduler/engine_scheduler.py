@@ -65,14 +65,10 @@ class _RequestFuture(asyncio.Future):
     """A queued request's future; cancelling it (its waiter was cancelled, or a timeout fired)
     withdraws the request from the queue if it has not started."""
 
-    __slots__ = ("_request", "_scheduler")
+    __slots__ = ("_request", "_scheduler")  # set by EngineScheduler._queue (no Python __init__)
 
-    def __init__(
-        self, loop: asyncio.AbstractEventLoop, scheduler: EngineScheduler, request: PendingRequest
-    ) -> None:
-        super().__init__(loop=loop)
-        self._scheduler = scheduler
-        self._request = request
+    _request: PendingRequest
+    _scheduler: EngineScheduler
 
     def cancel(self, msg: Any = None) -> bool:
         if not super().cancel(msg=msg):
@@ -118,6 +114,7 @@ class EngineScheduler:
         self.max_queue = max_queue
         self.max_inflight = max_inflight
         self._pending = make_queue(policy, **policy_options)
+        self._live = self._pending.live  # its length is the queue's, without a Python call
         self._on_batch = on_batch
         self._clock = clock
         self._seq = itertools.count()
@@ -130,6 +127,9 @@ class EngineScheduler:
         self._task: asyncio.Task | None = None
         self.batches = 0
         self.items = 0
+        # Called when the scheduler becomes idle (nothing queued or running), by whoever
+        # watches it (the LLM proxy, to compute held prefills in idle gaps).
+        self.on_idle: Callable[[], None] | None = None
 
     # -- public ---------------------------------------------------------------------------
     def start(self) -> None:
@@ -167,7 +167,7 @@ class EngineScheduler:
         With the queue full, waits for space (backpressure) or, with ``wait=False``, raises
         :class:`QueueFull`. Cancelling the returned wait withdraws a request not yet running.
         """
-        while len(self._pending) >= self.max_queue:
+        while len(self._live) >= self.max_queue:
             if not wait:
                 raise QueueFull(f"engine {self.name!r} queue is full ({self.max_queue})")
             self._space.clear()
@@ -177,16 +177,15 @@ class EngineScheduler:
     def enqueue(self, request: PendingRequest) -> Awaitable[Any]:
         """:meth:`submit` as an awaitable without a coroutine of its own: with room in the
         queue, the request's future (cancelling it withdraws the request); else ``submit``."""
-        if len(self._pending) >= self.max_queue:
+        if len(self._live) >= self.max_queue:
             return self.submit(request)
         return self._queue(request)
 
     def _queue(self, request: PendingRequest) -> asyncio.Future:
         request.seq = next(self._seq)
         request.enqueued_at = self._clock()
-        fut = request.future = _RequestFuture(
-            self._loop or asyncio.get_running_loop(), self, request
-        )
+        fut = request.future = _RequestFuture(loop=self._loop or asyncio.get_running_loop())
+        fut._scheduler, fut._request = self, request
         self._pending.push(request)
         self._wake.set()
         return fut
@@ -196,6 +195,8 @@ class EngineScheduler:
         if self._pending.remove(request):
             request.future = None
             self._space.set()
+            if self.on_idle is not None and not self._live and not self._inflight:
+                self.on_idle()
 
     def stats(self) -> dict[str, float]:
         return {
@@ -209,16 +210,18 @@ class EngineScheduler:
     # -- dispatch -------------------------------------------------------------------------
     async def _dispatch_loop(self) -> None:
         while True:
-            while not self._pending or self._inflight >= self.max_inflight:
+            while not self._live or self._inflight >= self.max_inflight:
                 self._wake.clear()
                 await self._wake.wait()
             await self._fill_wait()
-            if not self._pending:
+            if not self._live:
                 continue
+            items = self._pending.items
             batch = self._pending.take(self.limits, self._clock())
+            items -= self._pending.items
             self._space.set()
             self._inflight += 1
-            task = asyncio.get_running_loop().create_task(self._run(batch))
+            task = asyncio.get_running_loop().create_task(self._run(batch, items))
             self._running.add(task)
             task.add_done_callback(self._running.discard)
 
@@ -238,7 +241,7 @@ class EngineScheduler:
             except asyncio.TimeoutError:
                 return
 
-    async def _run(self, batch: list[PendingRequest]) -> None:
+    async def _run(self, batch: list[PendingRequest], items: int) -> None:
         started = self._clock()
         ok = True
         try:
@@ -255,7 +258,7 @@ class EngineScheduler:
             self._inflight -= 1
             self._wake.set()
         self.batches += 1
-        self.items += sum(r.items for r in batch)
+        self.items += items
         for r, res in zip(batch, results):
             fut, r.future = r.future, None  # no request <-> future cycle left behind
             if fut is None or fut.done():
@@ -266,6 +269,8 @@ class EngineScheduler:
                 fut.set_result(res)
         if self._on_batch is not None:
             self._on_batch(BatchRecord(self.name, tuple(batch), started, self._clock(), ok))
+        if self.on_idle is not None and not self._live and not self._inflight:
+            self.on_idle()
 
 
 class EnginePool:

@@ -40,9 +40,9 @@ class QueryRun:
         shape = plan.run_shape
         self._inbox: dict[str, dict[str, Any]] = defaultdict(dict)  # node -> port -> value
         self._pending = dict(shape.pending)  # value inputs still to come, per node
-        self._queues: dict[Edge, asyncio.Queue[Chunk | EndOfStream]] = {
-            e: asyncio.Queue() for e in shape.streams
-        }
+        self._queues: dict[Edge, asyncio.Queue[Chunk | EndOfStream]] = (
+            {e: asyncio.Queue() for e in shape.streams} if shape.streams else {}
+        )
         self._tasks: set[asyncio.Task[None]] = set()
         self._result: asyncio.Future[dict[str, Any]] | None = None
         self._running = len(plan.nodes) - 2  # every primitive runs (or is skipped) once

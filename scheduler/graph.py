@@ -7,7 +7,7 @@ equal, which is how the pass manager detects its fixed point.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from enum import Enum
 from functools import cached_property
@@ -20,43 +20,49 @@ INPUT_ID = "input"
 OUTPUT_ID = "output"
 
 
-class FrozenConfig(Mapping[str, Any]):
-    """An immutable, hashable mapping of a node's settings (values must be hashable)."""
+class FrozenConfig(dict):  # type: ignore[type-arg]
+    """An immutable, hashable mapping of a node's settings (values must be hashable).
 
-    __slots__ = ("_hash", "_items")
+    A ``dict`` whose mutators raise: handlers read settings on every primitive they run, and a
+    dict's own lookup costs no Python call."""
+
+    __slots__ = ("_hash",)
 
     def __init__(self, items: Mapping[str, Any] | None = None, **kwargs: Any) -> None:
         merged = dict(items or {}, **kwargs)
-        self._items = dict(sorted(merged.items()))
-        self._hash = hash(tuple(self._items.items()))
+        super().__init__(sorted(merged.items()))
+        self._hash = hash(tuple(self.items()))
 
-    def __getitem__(self, key: str) -> Any:
-        return self._items[key]
-
-    def __contains__(self, key: object) -> bool:
-        return key in self._items
-
-    def get(self, key: str, default: Any = None) -> Any:
-        return self._items.get(key, default)
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._items)
-
-    def __len__(self) -> int:
-        return len(self._items)
-
-    def __hash__(self) -> int:
+    def __hash__(self) -> int:  # type: ignore[override]
         return self._hash
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, FrozenConfig) and self._items == other._items
+        return isinstance(other, FrozenConfig) and dict.__eq__(self, other)
+
+    def __ne__(self, other: object) -> bool:
+        return not self == other
 
     def __repr__(self) -> str:
-        return f"FrozenConfig({self._items!r})"
+        return f"FrozenConfig({dict.__repr__(self)})"
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (FrozenConfig, (dict(self),))
+
+    def _immutable(self, *args: Any, **kwargs: Any) -> Any:
+        raise TypeError("FrozenConfig is immutable; use with_(...) for a changed copy")
+
+    __setitem__ = __delitem__ = __ior__ = _immutable  # type: ignore[assignment]
+    clear = pop = popitem = setdefault = update = _immutable  # type: ignore[assignment]
+
+    def __copy__(self) -> FrozenConfig:
+        return self
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> FrozenConfig:
+        return self
 
     def with_(self, **changes: Any) -> FrozenConfig:
         """A copy with ``changes`` applied."""
-        return FrozenConfig(self._items, **changes)
+        return FrozenConfig(self, **changes)
 
 
 class EdgeKind(str, Enum):

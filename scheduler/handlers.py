@@ -11,7 +11,6 @@ import asyncio
 import functools
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
 from .engine_api import DecodeParams
@@ -27,15 +26,17 @@ logger = logging.getLogger(__name__)
 TEMP_COLLECTION = "@query"
 
 
-@dataclass
 class QueryContext:
     """Per-query state the handlers need: the engines, the LLM sequences still open and the
     temporary collections made (both released when the query ends, however it ends)."""
 
-    query_id: str
-    engines: Mapping[str, Any]
-    temp_collections: set[tuple[str, str]] = field(default_factory=set)
-    open_seqs: dict[tuple[str, int], Any] = field(default_factory=dict)
+    __slots__ = ("engines", "open_seqs", "query_id", "temp_collections")
+
+    def __init__(self, query_id: str, engines: Mapping[str, Any]) -> None:
+        self.query_id = query_id
+        self.engines = engines
+        self.temp_collections: set[tuple[str, str]] = set()
+        self.open_seqs: dict[tuple[str, int], Any] = {}
 
     async def release(self) -> None:
         """Close sequences left open (a failed or cancelled query) and drop temp collections."""

@@ -55,57 +55,58 @@ class _Fill:
 
 
 class PendingQueue:
-    """Base: the live requests (by id), their item count; subclasses order them."""
+    """Base: the live requests (``live``, by id: read it, never change it from outside) and
+    their item count; subclasses order them."""
 
     def __init__(self) -> None:
-        self._live: dict[int, PendingRequest] = {}
+        self.live: dict[int, PendingRequest] = {}
         self.items = 0
         self._stale = 0  # withdrawn requests whose heap entries are still there
 
     def __len__(self) -> int:
-        return len(self._live)
+        return len(self.live)
 
     def __iter__(self) -> Iterator[PendingRequest]:
-        return iter(list(self._live.values()))
+        return iter(list(self.live.values()))
 
     def __contains__(self, r: object) -> bool:
-        return id(r) in self._live
+        return id(r) in self.live
 
     def push(self, r: PendingRequest) -> None:
-        self._live[id(r)] = r
+        self.live[id(r)] = r
         self.items += r.items
         self._add(r)
 
     def remove(self, r: PendingRequest) -> bool:
         """Withdraw ``r`` (a cancelled caller); False if it is not pending."""
-        if self._live.pop(id(r), None) is None:
+        if self.live.pop(id(r), None) is None:
             return False
         self.items -= r.items
         self._stale += 1
-        if self._stale > 64 and self._stale > len(self._live):  # many withdrawn: rebuild
+        if self._stale > 64 and self._stale > len(self.live):  # many withdrawn: rebuild
             self._reset()
             self._stale = 0
-            for live in sorted(self._live.values(), key=lambda x: x.seq):
+            for live in sorted(self.live.values(), key=lambda x: x.seq):
                 self._add(live)
         return True
 
     def clear(self) -> None:
-        self._live.clear()
+        self.live.clear()
         self.items = 0
         self._stale = 0
         self._reset()
 
     def oldest_enqueued(self) -> float:
-        return min(r.enqueued_at for r in self._live.values())
+        return min(r.enqueued_at for r in self.live.values())
 
     def take(self, limits: BatchLimits, now: float) -> list[PendingRequest]:
         """Remove and return the next batch."""
         fill = _Fill(limits)
         self._fill(fill, now)
-        live = self._live
+        live = self.live
         for r in fill.batch:
             del live[id(r)]
-            self.items -= r.items
+        self.items -= fill.items
         self._settle(fill)
         return fill.batch
 
@@ -130,20 +131,22 @@ def _fill_from_heap(
     withdrawn requests (not live) and of ``moved`` ones are dropped."""
     skipped = []
     pop, batch, max_items, max_tokens = heapq.heappop, fill.batch, fill.max_items, fill.max_tokens
-    while heap and fill.items < max_items:  # _Fill.offer, inlined: this loop is per request
+    items, tokens = fill.items, fill.tokens
+    while heap and items < max_items:  # _Fill.offer, inlined: this loop is per request
         entry = pop(heap)
         r = entry[-1]
         if live.get(id(r)) is not r or (moved and id(r) in moved):
             continue
         if batch and (
-            fill.items + r.items > max_items
-            or (max_tokens is not None and fill.tokens + r.tokens > max_tokens)
+            items + r.items > max_items
+            or (max_tokens is not None and tokens + r.tokens > max_tokens)
         ):
             skipped.append(entry)
             continue
         batch.append(r)
-        fill.items += r.items
-        fill.tokens += r.tokens
+        items += r.items
+        tokens += r.tokens
+    fill.items, fill.tokens = items, tokens
     for entry in skipped:
         heapq.heappush(heap, entry)
 
@@ -159,7 +162,7 @@ class FcfsQueue(PendingQueue):
         heapq.heappush(self._heap, (r.seq, r))
 
     def _fill(self, fill: _Fill, now: float) -> None:
-        _fill_from_heap(self._heap, self._live, fill)
+        _fill_from_heap(self._heap, self.live, fill)
 
     def _reset(self) -> None:
         self._heap = []
@@ -185,19 +188,23 @@ class CriticalPathQueue(PendingQueue):
         return super().remove(r)
 
     def _key(self, r: PendingRequest) -> tuple[bool, float, float, int, PendingRequest]:
-        off_path = r.query_remaining_ms - r.remaining_ms > self.epsilon
-        aged = r.query_remaining_ms + self.aging * r.enqueued_at * 1e3
-        return (off_path, aged, -r.remaining_ms, r.seq, r)
+        query, own = r.query_remaining_ms, r.remaining_ms
+        return (
+            query - own > self.epsilon,
+            query + self.aging * r.enqueued_at * 1e3,
+            -own,
+            r.seq,
+            r,
+        )
 
     def _add(self, r: PendingRequest) -> None:
-        key = self._key(r)
         if r.deadline is not None:
             urgent_at = r.deadline - r.remaining_ms / 1e3
             heapq.heappush(self._watch, (urgent_at, r.seq, r))
-        heapq.heappush(self._normal, key)
+        heapq.heappush(self._normal, self._key(r))
 
     def _fill(self, fill: _Fill, now: float) -> None:
-        watch, live = self._watch, self._live
+        watch, live = self._watch, self.live
         while watch and watch[0][0] <= now:  # became urgent: earliest deadline first
             r = heapq.heappop(watch)[-1]
             if live.get(id(r)) is r:
@@ -256,7 +263,7 @@ class DepthQueue(PendingQueue):
 
     def _round(self, b: _Bucket, fill: _Fill) -> None:
         """Offer the bucket's requests at its greatest pending depth."""
-        heap, live, top = b.heap, self._live, None
+        heap, live, top = b.heap, self.live, None
         while heap and not fill.full:
             entry = heap[0]
             r = entry[2]
@@ -272,7 +279,7 @@ class DepthQueue(PendingQueue):
                 fill.skipped.append((b, entry))
 
     def _fill(self, fill: _Fill, now: float) -> None:
-        order, live, visited = self._order, self._live, []
+        order, live, visited = self._order, self.live, []
         while order and not fill.full:
             _, seq, query = heapq.heappop(order)
             b = self._buckets.get(query)
@@ -300,7 +307,7 @@ class DepthQueue(PendingQueue):
 
     def _settle(self, fill: _Fill) -> None:
         """Requeue the visited buckets under their (new) oldest request."""
-        order, live = self._order, self._live
+        order, live = self._order, self.live
         for query, b in self._visited:
             oldest = b.oldest(live)
             if oldest is None:

@@ -9,7 +9,6 @@ deadline) without the handlers knowing about schedulers.
 from __future__ import annotations
 
 from contextvars import ContextVar
-from dataclasses import dataclass
 from typing import Any, Protocol
 
 from .batching import PendingRequest
@@ -29,27 +28,42 @@ class QueryState(Protocol):
         ...
 
 
-@dataclass(slots=True)
-class RequestInfo:
-    """The primitive on whose behalf an engine is being called. The graph scheduler makes one
-    per task and updates it as the task runs one primitive after another (a primitive's engine
-    calls, and tasks it spawns and awaits, all happen while it runs); others only read it.
+class NodeInfo(Protocol):
+    """A primitive's policy inputs, fixed per plan node (``runtime.NodeFacts``)."""
 
-    Attributes:
-        query_id: the query's number (traces, per-query batching buckets).
-        node_id: the primitive's node id in the plan.
-        op: the primitive's op name (metrics).
-        depth: longest path from the node to the plan's output (``Plan.depth``).
-        remaining_ms: estimated time from this node's start to the query's end, node included.
-        query: the query's live state (remaining critical path, deadline, stream sink).
-    """
-
-    query_id: int
     node_id: str
     op: str
     depth: int
     remaining_ms: float
-    query: QueryState
+
+
+class RequestInfo:
+    """The primitive on whose behalf an engine is being called. The graph scheduler makes one
+    per task and points it at each primitive the task runs, one after another (a primitive's
+    engine calls, and tasks it spawns and awaits, all happen while it runs); others only read it.
+
+    Attributes:
+        query_id: the query's number (traces, per-query batching buckets).
+        facts: the primitive's :class:`NodeInfo`: ``node_id`` (its node id in the plan),
+            ``op`` (its op name, for metrics), ``depth`` (longest path from the node to the
+            plan's output) and ``remaining_ms`` (estimated time from this node's start to the
+            query's end, node included).
+        query: the query's live state (remaining critical path, deadline, stream sink).
+    """
+
+    __slots__ = ("facts", "query", "query_id")
+
+    def __init__(self, query_id: int, facts: NodeInfo, query: QueryState) -> None:
+        self.query_id = query_id
+        self.facts = facts
+        self.query = query
+
+    @property
+    def node_id(self) -> str:
+        return self.facts.node_id
+
+    def __repr__(self) -> str:
+        return f"RequestInfo(query {self.query_id}, node {self.facts.node_id!r})"
 
 
 CURRENT: ContextVar[RequestInfo | None] = ContextVar("ayo_request_info", default=None)
@@ -59,11 +73,12 @@ def make_request(payload: Any, items: int = 1, tokens: int = 0) -> PendingReques
     """A :class:`PendingRequest` for ``payload`` on behalf of the current primitive (or an
     anonymous one, query 0, when called outside the graph scheduler)."""
     info = CURRENT.get()
-    items = max(1, items)
+    if items < 1:
+        items = 1
     if info is None:
         return PendingRequest(0, "", payload, items, tokens)
-    query = info.query
+    query, facts = info.query, info.facts
     return PendingRequest(
-        info.query_id, info.node_id, payload, items, tokens, info.depth, info.remaining_ms,
-        query.remaining_ms(), query.deadline, 0.0, 0, info.op,
+        info.query_id, facts.node_id, payload, items, tokens, facts.depth, facts.remaining_ms,
+        query.remaining_ms(), query.deadline, 0.0, 0, facts.op,
     )  # fmt: skip

@@ -82,42 +82,75 @@ def node_cost_ms(node: Node, profile: EngineProfile) -> float:
     return latency.estimate_ms(1)
 
 
-@dataclass(frozen=True)
 class NodeFacts:
-    """What running one node needs, computed once per plan: its policy inputs, and for a
-    *plain* node (its handler's outputs emitted at once: no stream in, no micro-batches, not a
-    PartialDecode or coalescing Aggregate) the handler and the data ports it reads.
-    ``whole_inbox``: no edge into a control port, so its inbox is exactly its data inputs;
-    ``may_skip``: a Condition upstream may send it SKIPPED."""
+    """What running one node needs, computed once per plan (:meth:`PlanCosts.of`).
 
-    depth: int
-    remaining_ms: float
-    op: str
-    engine: bool
-    handler: Handler | None
-    ports: tuple[str, ...]
-    whole_inbox: bool = False
-    may_skip: bool = True
+    Policy inputs: ``node_id``, ``op`` (its name), ``depth``, ``remaining_ms``. ``engine``: it
+    calls an engine. ``handler`` and ``ports``: for a *plain* node (its handler's outputs
+    emitted at once: no stream in, no micro-batches, not a PartialDecode or coalescing
+    Aggregate), the handler and the data ports it reads (else None). ``whole_inbox``: no edge
+    into a control port, so its inbox is exactly its data inputs; ``may_skip``: a Condition
+    upstream may send it SKIPPED; ``inline``: a control primitive that never suspends.
+    ``routes``: its out edges unpacked, (src port, destination facts or None for the output,
+    destination id, destination port, the edge when it streams else None, whether it is the
+    destination's only value input), so the hot loop reads no edge attributes.
+    """
+
+    __slots__ = (
+        "depth", "engine", "handler", "inline", "may_skip", "node", "node_id", "op", "ports",
+        "remaining_ms", "routes", "whole_inbox",
+    )  # fmt: skip
+
+    def __init__(
+        self,
+        node: Node,
+        depth: int,
+        remaining_ms: float,
+        handler: Handler | None,
+        *,
+        whole_inbox: bool = False,
+        may_skip: bool = True,
+        inline: bool = False,
+    ) -> None:
+        self.node = node
+        self.node_id = node.id
+        self.op = node.op.value
+        self.depth = depth
+        self.remaining_ms = remaining_ms
+        self.engine = bool(node.op.info.engine_kind)
+        self.handler = handler
+        self.ports = tuple(p.name for p in node.inputs if not p.control)
+        self.whole_inbox = whole_inbox
+        self.may_skip = may_skip
+        self.inline = inline
+        self.routes: tuple[Route, ...] = ()
+
+    def __repr__(self) -> str:
+        return f"NodeFacts({self.node_id!r}, depth={self.depth}, remaining_ms={self.remaining_ms})"
 
 
-# An out edge: (edge, src_port, dst id, dst_port, streams?, dst node or None for the output),
-# unpacked so the hot loop reads no attributes.
-Route = tuple[Edge, str, str, str, bool, Node | None]
+# An out edge: (src_port, dst facts or None for the output, dst id, dst_port, the edge if it
+# streams else None, whether it is the destination's only value input).
+Route = tuple[str, "NodeFacts | None", str, str, "Edge | None", bool]
 
 
 @dataclass(frozen=True)
 class PlanCosts:
     """Per-node facts the batching policies read: ``depth`` (longest path to the output, in
     edges), ``cost_ms`` and ``remaining_ms`` (cost of the costliest path from the node to the
-    output, the node included); and what :class:`GraphRun` needs per node (``inline``,
-    ``facts``, ``routes``). Build it with :meth:`of`, once per plan."""
+    output, the node included); and what :class:`GraphRun` needs per node (``facts``, with the
+    input node's routes in ``input_routes``). Build it with :meth:`of`, once per plan."""
 
     depth: Mapping[str, int]
     cost_ms: Mapping[str, float]
     remaining_ms: Mapping[str, float]
-    inline: frozenset[str] = frozenset()
     facts: Mapping[str, NodeFacts] = field(default_factory=dict)
-    routes: Mapping[str, tuple[Route, ...]] = field(default_factory=dict)
+    input_routes: tuple[Route, ...] = ()
+
+    @property
+    def inline(self) -> frozenset[str]:
+        """Ids of the control primitives that run inline (never suspend)."""
+        return frozenset(nid for nid, f in self.facts.items() if f.inline)
 
     @classmethod
     def of(cls, plan: Plan, profiles: Mapping[str, EngineProfile]) -> PlanCosts:
@@ -134,36 +167,39 @@ class PlanCosts:
             may_skip[nid] = any(
                 plan.node(e.src).op == Op.CONDITION or may_skip[e.src] for e in plan.in_edges(nid)
             )
+        inline = _inline_nodes(plan)
         facts = {
             n.id: NodeFacts(
+                n,
                 plan.depth[n.id],
                 remaining[n.id],
-                n.op.value,
-                bool(n.op.info.engine_kind),
                 HANDLERS.get(n.op) if _plain(plan, n) else None,
-                tuple(p.name for p in n.inputs if not p.control),
-                not any(_to_control_port(plan, e) for e in plan.in_edges(n.id)),
-                may_skip[n.id],
+                whole_inbox=not any(_to_control_port(plan, e) for e in plan.in_edges(n.id)),
+                may_skip=may_skip[n.id],
+                inline=n.id in inline,
             )
             for n in plan.nodes
             if n.id not in (INPUT_ID, OUTPUT_ID)
         }
-        inline = _inline_nodes(plan)
-        routes = {
-            n.id: tuple(
+
+        pending = plan.run_shape.pending
+
+        def routes(nid: str) -> tuple[Route, ...]:
+            return tuple(
                 (
-                    e,
                     e.src_port,
+                    facts.get(e.dst),
                     e.dst,
                     e.dst_port,
-                    e.kind == EdgeKind.STREAM,
-                    None if e.dst == OUTPUT_ID else plan.node(e.dst),
+                    e if e.kind == EdgeKind.STREAM else None,
+                    e.kind == EdgeKind.VALUE and pending[e.dst] == 1,
                 )
-                for e in plan.out_edges(n.id)
+                for e in plan.out_edges(nid)
             )
-            for n in plan.nodes
-        }
-        return cls(plan.depth, cost, remaining, inline, facts, routes)
+
+        for nid, f in facts.items():
+            f.routes = routes(nid)
+        return cls(plan.depth, cost, remaining, facts, routes(INPUT_ID))
 
 
 def _to_control_port(plan: Plan, edge: Edge) -> bool:
@@ -234,21 +270,17 @@ class GraphRun(QueryRun):
         self._on_piece = on_piece
         self._on_control = on_control
         self._clock = clock
-        self._active: dict[str, float] = {}
-        self._remaining: float | None = 0.0  # max of _active, None when it must be recomputed
+        self._active: dict[str, float] = {}  # running primitives: their remaining_ms
         self._started = clock()
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._continuing = False  # inside a task's emit: the first node made ready runs there
-        self._next: Node | None = None
         self._facts = costs.facts
         self._caller: asyncio.Task[Any] | None = None  # running a primitive in run()
         self._interrupted = False
 
     # -- QueryState ----------------------------------------------------------------------------
     def remaining_ms(self) -> float:
-        if self._remaining is None:  # a primitive left: recompute (rare; usually 1-2 running)
-            self._remaining = max(self._active.values(), default=0.0)
-        return self._remaining
+        active = self._active  # usually one or two primitives: cheaper to scan when asked
+        return max(active.values()) if active else 0.0
 
     def decoded(self, node_id: str, piece: Any) -> None:
         if self._on_piece is not None and node_id in self._stream_nodes:
@@ -272,11 +304,7 @@ class GraphRun(QueryRun):
             timer = loop.call_later(max(0.0, self.deadline - self._clock()), self._expire)
         outer = CURRENT.get()
         try:
-            self._continuing, self._next = True, None
-            try:
-                self._begin()
-            finally:
-                first, self._continuing, self._next = self._next, False, None
+            first = self._begin_chained()
             if first is not None and not result.done():
                 self._caller = asyncio.current_task()
                 try:
@@ -294,7 +322,19 @@ class GraphRun(QueryRun):
             if timer is not None:
                 timer.cancel()
             CURRENT.set(outer)
-            await self._cleanup()
+            ctx = self.ctx
+            if self._tasks or ctx.open_seqs or ctx.temp_collections:
+                await self._cleanup()
+
+    def _begin_chained(self) -> NodeFacts | None:
+        """QueryRun._begin, returning the first primitive the inputs made ready (not started:
+        the caller runs it in its own task)."""
+        for n in self.plan.run_shape.sources:
+            self._start(n)
+        if self._pending[OUTPUT_ID] == 0:
+            self._outputs_ready = True
+            self._finish()
+        return self._route(self.costs.input_routes, self._inputs, True)
 
     def _fail(self, exc: BaseException) -> None:
         result = self._result
@@ -311,65 +351,88 @@ class GraphRun(QueryRun):
         self._fail(DeadlineExceeded(self.ctx.query_id, budget_ms, sorted(self._active)))
 
     def _emit(self, node: Node, outputs: Mapping[str, Any]) -> None:
-        # QueryRun._emit with QueryRun._deliver folded in, over the plan's precomputed routes.
-        inbox, pending = self._inbox, self._pending
-        for edge, src_port, dst_id, dst_port, stream, dst in self.costs.routes[node.id]:
-            value = outputs[src_port]
-            if stream:
-                self._queues[edge].put_nowait(value)
-                continue
-            inbox[dst_id][dst_port] = value
-            left = pending[dst_id] = pending[dst_id] - 1
-            if left == 0:
-                if dst is None:
-                    self._outputs_ready = True
-                    self._finish()
-                else:
-                    self._start(dst)
+        # The executor's paths (streams, micro-batches, skips): start what becomes ready.
+        self._route(self._facts[node.id].routes, outputs, False)
 
     def _start(self, node: Node) -> None:
-        if node.id not in self.costs.inline:
-            if self._continuing and self._next is None:
-                self._next = node  # the task that made it ready runs it next (no new task)
-            else:
-                self._start_eagerly(node)
-            return
-        self._run_control(node)
-
-    def _run_control(self, node: Node) -> None:
-        """A control primitive that cannot suspend: run here, in the emitting primitive (a
-        plain one by calling its handler directly, others through QueryRun._run_node)."""
-        start = self._clock() if self._on_control is not None else 0.0
         facts = self._facts[node.id]
-        data = self._data(node.id, facts) if facts.handler is not None else None
+        if facts.inline:
+            self._run_control(facts, False)
+        else:
+            self._start_eagerly(facts)
+
+    def _route(
+        self, routes: tuple[Route, ...], outputs: Mapping[str, Any], chain: bool
+    ) -> NodeFacts | None:
+        """QueryRun._emit with QueryRun._deliver folded in, over precomputed routes. Primitives
+        made ready start (inline control ones run here); with ``chain``, the first other one is
+        returned instead, for the caller to run next in its own task."""
+        inbox, pending, following = self._inbox, self._pending, None
+        for src_port, dst, dst_id, dst_port, stream, only in routes:
+            if only:  # its one value input: ready now
+                inbox[dst_id] = {dst_port: outputs[src_port]}
+            elif stream is not None:
+                self._queues[stream].put_nowait(outputs[src_port])
+                continue
+            else:
+                inbox[dst_id][dst_port] = outputs[src_port]
+                left = pending[dst_id] - 1
+                pending[dst_id] = left
+                if left:
+                    continue
+            if dst is None:
+                self._outputs_ready = True
+                self._finish()
+            elif dst.inline:
+                chained = self._run_control(dst, chain and following is None)
+                if chained is not None:
+                    following = chained
+            elif chain and following is None:
+                following = dst
+            else:
+                self._start_eagerly(dst)
+        return following
+
+    def _run_control(self, facts: NodeFacts, chain: bool) -> NodeFacts | None:
+        """A control primitive that cannot suspend: run here, in the emitting primitive (a
+        plain one by calling its handler directly, others through QueryRun._run_node).
+        Returns the primitive to chain, as :meth:`_route`."""
+        node, on_control = facts.node, self._on_control
+        start = self._clock() if on_control is not None else 0.0
+        data = self._data(facts) if facts.handler is not None else None
         if data is not None and facts.may_skip and any(v is SKIPPED for v in data.values()):
             data = None  # skipped: the executor's path sends SKIPPED on
         if data is not None:
             step = facts.handler(node, data, self.ctx)  # type: ignore[misc]
         else:
             step = QueryRun._run_node(self, node)  # emits, counts and reports failure itself
+        following, ok = None, True
         try:
             step.send(None)
         except StopIteration as stop:
             if data is not None:
-                self._emit(node, stop.value)
+                following = self._route(facts.routes, stop.value, chain)
                 self._running -= 1
-                self._finish()
+                if self._outputs_ready:
+                    self._finish()
+            else:  # QueryRun._run_node reported a failure itself
+                ok = not self._failed(node)
         except Exception as exc:  # only a handler raises here; the query gets the error
             self._node_failed(node, exc)
+            ok = False
         else:  # an inline primitive awaited something: a bug in _inline_nodes
             step.close()
             raise RuntimeError(f"inline primitive {node.id!r} suspended")
-        if self._on_control is not None:
-            self._on_control(node, start, self._clock(), not self._failed(node))
+        if on_control is not None:
+            on_control(node, start, self._clock(), ok)
+        return following
 
-    def _start_eagerly(self, node: Node) -> None:
-        """Run ``node`` here and now up to its first suspension; only then does it get a task
-        (one that answers at once, e.g. a held prefill, costs none). The emitting primitive's
-        chaining state and request info are put back afterwards."""
-        outer, continuing, following = CURRENT.get(), self._continuing, self._next
-        self._continuing, self._next = False, None
-        step = self._run_node(node)
+    def _start_eagerly(self, facts: NodeFacts) -> None:
+        """Run ``facts``'s node here and now up to its first suspension; only then does it get
+        a task (one that answers at once, e.g. a held prefill, costs none). The emitting
+        primitive's request info is put back afterwards."""
+        outer = CURRENT.get()
+        step = self._run_node(facts)
         try:
             waited = step.send(None)
         except StopIteration:
@@ -380,65 +443,53 @@ class GraphRun(QueryRun):
             self._tasks.add(task)
         finally:
             CURRENT.set(outer)
-            self._continuing, self._next = continuing, following
 
-    async def _run_node(self, node: Node | None) -> None:
+    async def _run_node(self, facts: NodeFacts | None) -> None:  # type: ignore[override]
         """QueryRun._run_node, with QueryRun._execute's last branch inlined for plain nodes;
         then the first primitive that node's outputs made ready, in the same task."""
         info: RequestInfo | None = None
         result = self._result
-        all_facts, active = self._facts, self._active
-        while node is not None and not result.done():  # type: ignore[union-attr]
-            facts = all_facts[node.id]
+        active, on_control, ctx = self._active, self._on_control, self.ctx
+        while facts is not None and not result.done():  # type: ignore[union-attr]
             if info is None:  # one per task; the nodes it runs one after another reuse it
-                info = RequestInfo(
-                    self.number, node.id, facts.op, facts.depth, facts.remaining_ms, self
-                )
+                info = RequestInfo(self.number, facts, self)
                 CURRENT.set(info)
             else:
-                info.node_id, info.op = node.id, facts.op
-                info.depth, info.remaining_ms = facts.depth, facts.remaining_ms
-            active[node.id] = facts.remaining_ms
-            if self._remaining is not None and facts.remaining_ms > self._remaining:
-                self._remaining = facts.remaining_ms
-            control = not facts.engine and self._on_control is not None
+                info.facts = facts
+            node, node_id = facts.node, facts.node_id
+            active[node_id] = facts.remaining_ms
+            control = on_control is not None and not facts.engine
             start = self._clock() if control else 0.0
-            done, following = node, None
+            following = None
             try:
                 handler = facts.handler
                 if handler is not None:
-                    data = self._data(node.id, facts)
+                    data = self._inbox[node_id] if facts.whole_inbox else self._data(facts)
                     if facts.may_skip:
                         for value in data.values():
                             if value is SKIPPED:
                                 handler = None
                                 break
                 if handler is not None:
-                    outputs = await handler(node, data, self.ctx)
-                    self._continuing, self._next = True, None
-                    try:
-                        self._emit(node, outputs)
-                    finally:
-                        self._continuing, following = False, self._next
-                        self._next = None
+                    following = self._route(facts.routes, await handler(node, data, ctx), True)
                 else:
                     await self._execute(node)
                 self._running -= 1
-                self._finish()
+                if self._outputs_ready:
+                    self._finish()
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
                 self._node_failed(node, exc)
             finally:
-                if active.pop(done.id, None) == self._remaining:
-                    self._remaining = None
+                del active[node_id]
                 if control:
-                    self._on_control(done, start, self._clock(), not self._failed(done))
-            node = following
+                    on_control(node, start, self._clock(), not self._failed(node))  # type: ignore[misc]
+            facts = following
 
-    def _data(self, node_id: str, facts: NodeFacts) -> dict[str, Any]:
+    def _data(self, facts: NodeFacts) -> dict[str, Any]:
         """The node's data inputs by port (its inbox itself when that holds nothing else)."""
-        inbox = self._inbox[node_id]
+        inbox = self._inbox[facts.node_id]
         if facts.whole_inbox:
             return inbox
         return {name: inbox[name] for name in facts.ports if name in inbox}
