@@ -72,17 +72,21 @@ class PlanCache:
         plan = self.get(target, shape, optimize)
         if len(self._keys) >= 4 * self.max_entries:
             self._keys.clear()
-        self._keys[(id(target), optimize, sizes)] = (target, self._key(target, shape, optimize))
+        self._keys[(id(target), optimize, sizes)] = (
+            target,
+            self._key(target, shape.bucket(), optimize),
+        )
         return plan
 
-    def _key(self, target: AppTemplate | Workflow, shape: InputShape, optimize: bool) -> Hashable:
+    def _key(self, target: AppTemplate | Workflow, bucket: InputShape, optimize: bool) -> Hashable:
         ident = ("app", target.name) if isinstance(target, AppTemplate) else target
-        return (ident, self._config_key, optimize, shape.bucket())
+        # the bucket's sizes, not the InputShape: a tuple hashes without a Python call
+        return (ident, self._config_key, optimize, bucket.sizes)
 
     def get(self, target: AppTemplate | Workflow, shape: InputShape, optimize: bool = True) -> Plan:
         """The plan for ``target`` on queries of ``shape``."""
-        key = self._key(target, shape, optimize)
-        bucket = key[-1]
+        bucket = shape.bucket()
+        key = self._key(target, bucket, optimize)
         plan = self._plans.get(key)
         if plan is not None:
             self._hits += 1

@@ -134,7 +134,7 @@ class BatchedLLM:
 
     async def close(self, seq: Any) -> None:
         i, raw = self._route(seq)
-        held = self._take(i, raw)
+        held = self._take(i, raw) if self._held else None
         if held is not None and held.future is not None:
             held.future.cancel()  # withdrawn if still queued
         await self.instances[i].close(raw)

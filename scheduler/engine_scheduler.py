@@ -120,6 +120,7 @@ class EngineScheduler:
         self._seq = itertools.count()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._wake = asyncio.Event()
+        self._sleeping = False  # the dispatcher waits on _wake for a request
         self._space = asyncio.Event()
         self._space.set()
         self._inflight = 0
@@ -187,7 +188,9 @@ class EngineScheduler:
         fut = request.future = _RequestFuture(loop=self._loop or asyncio.get_running_loop())
         fut._scheduler, fut._request = self, request
         self._pending.push(request)
-        self._wake.set()
+        if self._sleeping:  # the dispatcher waits for this
+            self._sleeping = False
+            self._wake.set()
         return fut
 
     def _withdraw(self, request: PendingRequest) -> None:
@@ -212,6 +215,7 @@ class EngineScheduler:
         while True:
             while not self._live or self._inflight >= self.max_inflight:
                 self._wake.clear()
+                self._sleeping = True
                 await self._wake.wait()
             await self._fill_wait()
             if not self._live:
@@ -236,6 +240,7 @@ class EngineScheduler:
             if remaining <= 0:
                 return
             self._wake.clear()
+            self._sleeping = True
             try:
                 await asyncio.wait_for(self._wake.wait(), remaining)
             except asyncio.TimeoutError:

@@ -61,10 +61,13 @@ class Prompt:
 
     def render(self, values: Mapping[str, str]) -> str:
         """Substitute every placeholder; raises PromptError when one is missing."""
-        for name in self.placeholders:
-            if name not in values:
-                raise PromptError(f"placeholder {{{name}}} is not bound")
-        return self.template.format_map(values)
+        try:
+            return self.template.format_map(values)
+        except KeyError:
+            for name in self.placeholders:
+                if name not in values:
+                    raise PromptError(f"placeholder {{{name}}} is not bound") from None
+            raise
 
     def split_offset(self, early: set[str]) -> int:
         """Character offset in the template where the first placeholder not in ``early`` starts.

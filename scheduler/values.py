@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 
 @dataclass(frozen=True)
@@ -15,9 +15,9 @@ class Doc:
     score: float = 0.0
 
 
-@dataclass(frozen=True)
-class SeqHandle:
-    """A live LLM sequence and the token ids already prefilled into it."""
+class SeqHandle(NamedTuple):
+    """A live LLM sequence and the token ids already prefilled into it (a named tuple: one is
+    made per prefill, and a frozen dataclass's __init__ costs a call per field)."""
 
     engine: str
     seq: Any
