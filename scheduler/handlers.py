@@ -227,23 +227,48 @@ async def _rerank(node: Node, inputs: dict[str, Any], ctx: QueryContext) -> dict
     }
 
 
-async def _condition(node: Node, inputs: dict[str, Any], ctx: QueryContext) -> dict[str, Any]:
+# Control primitives compute without waiting: plain functions, so the runtime can run them
+# inline without a coroutine; the async handlers below wrap them for the executor.
+
+
+def condition_values(node: Node, inputs: dict[str, Any], ctx: QueryContext) -> dict[str, Any]:
     if not isinstance(inputs["flag"], bool):
         raise TypeError(f"Condition flag must be a bool, got {type(inputs['flag']).__name__}")
     value = inputs["value"]
     return {"then": value, "else": SKIPPED} if inputs["flag"] else {"then": SKIPPED, "else": value}
 
 
-async def _aggregate(node: Node, inputs: dict[str, Any], ctx: QueryContext) -> dict[str, Any]:
+def aggregate_values(node: Node, inputs: dict[str, Any], ctx: QueryContext) -> dict[str, Any]:
     # Stream modes (concat, same) are executor logic; these two take two values.
     if node.config["mode"] == "merge":
         return {"value": [*inputs["a"], *inputs["b"]]}
     return {"value": inputs["a"] if inputs["a"] is not SKIPPED else inputs["b"]}
 
 
-async def _map(node: Node, inputs: dict[str, Any], ctx: QueryContext) -> dict[str, Any]:
+def map_values(node: Node, inputs: dict[str, Any], ctx: QueryContext) -> dict[str, Any]:
     spec = get_map(node.config["fn"])
     return {"value": spec.func(node.config, **{p.name: inputs[p.name] for p in spec.inputs})}
+
+
+SyncHandler = Callable[[Node, dict[str, Any], QueryContext], dict[str, Any]]
+
+CONTROL_HANDLERS: dict[Op, SyncHandler] = {
+    Op.CONDITION: condition_values,
+    Op.AGGREGATE: aggregate_values,
+    Op.MAP: map_values,
+}
+
+
+async def _condition(node: Node, inputs: dict[str, Any], ctx: QueryContext) -> dict[str, Any]:
+    return condition_values(node, inputs, ctx)
+
+
+async def _aggregate(node: Node, inputs: dict[str, Any], ctx: QueryContext) -> dict[str, Any]:
+    return aggregate_values(node, inputs, ctx)
+
+
+async def _map(node: Node, inputs: dict[str, Any], ctx: QueryContext) -> dict[str, Any]:
+    return map_values(node, inputs, ctx)
 
 
 HANDLERS: dict[Op, Handler] = {

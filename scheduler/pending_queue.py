@@ -180,36 +180,28 @@ class CriticalPathQueue(PendingQueue):
     def _reset(self) -> None:
         self._normal: list[tuple] = []  # (off path, aged key, -remaining, seq, r)
         self._urgent: list[tuple] = []  # (deadline, off path, aged key, -remaining, seq, r)
-        self._watch: list[tuple] = []  # (urgent at, seq, r): requests with a deadline
+        self._watch: list[tuple] = []  # (urgent at, seq, normal key): requests with a deadline
         self._moved: set[int] = set()  # ids of watched requests now in the urgent heap
 
     def remove(self, r: PendingRequest) -> bool:
         self._moved.discard(id(r))
         return super().remove(r)
 
-    def _key(self, r: PendingRequest) -> tuple[bool, float, float, int, PendingRequest]:
-        query, own = r.query_remaining_ms, r.remaining_ms
-        return (
-            query - own > self.epsilon,
-            query + self.aging * r.enqueued_at * 1e3,
-            -own,
-            r.seq,
-            r,
-        )
-
     def _add(self, r: PendingRequest) -> None:
+        query, own = r.query_remaining_ms, r.remaining_ms
+        key = (query - own > self.epsilon, query + self.aging * r.enqueued_at * 1e3, -own, r.seq, r)
+        heapq.heappush(self._normal, key)
         if r.deadline is not None:
-            urgent_at = r.deadline - r.remaining_ms / 1e3
-            heapq.heappush(self._watch, (urgent_at, r.seq, r))
-        heapq.heappush(self._normal, self._key(r))
+            heapq.heappush(self._watch, (r.deadline - own / 1e3, r.seq, key))
 
     def _fill(self, fill: _Fill, now: float) -> None:
         watch, live = self._watch, self.live
         while watch and watch[0][0] <= now:  # became urgent: earliest deadline first
-            r = heapq.heappop(watch)[-1]
+            key = heapq.heappop(watch)[-1]
+            r = key[-1]
             if live.get(id(r)) is r:
                 self._moved.add(id(r))
-                heapq.heappush(self._urgent, (r.deadline, *self._key(r)))
+                heapq.heappush(self._urgent, (r.deadline, *key))
         _fill_from_heap(self._urgent, live, fill)
         _fill_from_heap(self._normal, live, fill, self._moved)
 

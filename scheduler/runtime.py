@@ -40,7 +40,7 @@ from .eager import resume
 from .errors import ExecutionError
 from .executor import QueryRun
 from .graph import INPUT_ID, OUTPUT_ID, Edge, EdgeKind, Node, Plan
-from .handlers import HANDLERS, Handler
+from .handlers import CONTROL_HANDLERS, HANDLERS, Handler
 from .ops import Op
 from .ports import PortType
 from .profile import EngineProfile, profile_for
@@ -90,15 +90,16 @@ class NodeFacts:
     emitted at once: no stream in, no micro-batches, not a PartialDecode or coalescing
     Aggregate), the handler and the data ports it reads (else None). ``whole_inbox``: no edge
     into a control port, so its inbox is exactly its data inputs; ``may_skip``: a Condition
-    upstream may send it SKIPPED; ``inline``: a control primitive that never suspends.
+    upstream may send it SKIPPED; ``inline``: a control primitive that never suspends, and
+    ``compute`` its handler as a plain function when it is also plain.
     ``routes``: its out edges unpacked, (src port, destination facts or None for the output,
     destination id, destination port, the edge when it streams else None, whether it is the
     destination's only value input), so the hot loop reads no edge attributes.
     """
 
     __slots__ = (
-        "depth", "engine", "handler", "inline", "may_skip", "node", "node_id", "op", "ports",
-        "remaining_ms", "routes", "whole_inbox",
+        "compute", "depth", "engine", "handler", "inline", "may_skip", "node", "node_id", "op",
+        "ports", "remaining_ms", "routes", "whole_inbox",
     )  # fmt: skip
 
     def __init__(
@@ -123,6 +124,8 @@ class NodeFacts:
         self.whole_inbox = whole_inbox
         self.may_skip = may_skip
         self.inline = inline
+        # an inline plain node's handler as a plain function (no coroutine to drive)
+        self.compute = CONTROL_HANDLERS.get(node.op) if inline and handler is not None else None
         self.routes: tuple[Route, ...] = ()
 
     def __repr__(self) -> str:
@@ -399,30 +402,31 @@ class GraphRun(QueryRun):
         Returns the primitive to chain, as :meth:`_route`."""
         node, on_control = facts.node, self._on_control
         start = self._clock() if on_control is not None else 0.0
-        data = self._data(facts) if facts.handler is not None else None
+        compute = facts.compute
+        data = self._data(facts) if compute is not None else None
         if data is not None and facts.may_skip and any(v is SKIPPED for v in data.values()):
             data = None  # skipped: the executor's path sends SKIPPED on
-        if data is not None:
-            step = facts.handler(node, data, self.ctx)  # type: ignore[misc]
-        else:
-            step = QueryRun._run_node(self, node)  # emits, counts and reports failure itself
         following, ok = None, True
-        try:
-            step.send(None)
-        except StopIteration as stop:
-            if data is not None:
-                following = self._route(facts.routes, stop.value, chain)
+        if data is not None:
+            try:
+                outputs = compute(node, data, self.ctx)  # type: ignore[misc]
+            except Exception as exc:  # the query gets the error, naming this primitive
+                self._node_failed(node, exc)
+                ok = False
+            else:
+                following = self._route(facts.routes, outputs, chain)
                 self._running -= 1
                 if self._outputs_ready:
                     self._finish()
-            else:  # QueryRun._run_node reported a failure itself
+        else:
+            step = QueryRun._run_node(self, node)  # emits, counts and reports failure itself
+            try:
+                step.send(None)
+            except StopIteration:
                 ok = not self._failed(node)
-        except Exception as exc:  # only a handler raises here; the query gets the error
-            self._node_failed(node, exc)
-            ok = False
-        else:  # an inline primitive awaited something: a bug in _inline_nodes
-            step.close()
-            raise RuntimeError(f"inline primitive {node.id!r} suspended")
+            else:  # an inline primitive awaited something: a bug in _inline_nodes
+                step.close()
+                raise RuntimeError(f"inline primitive {node.id!r} suspended")
         if on_control is not None:
             on_control(node, start, self._clock(), ok)
         return following
