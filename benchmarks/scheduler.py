@@ -13,7 +13,8 @@ Overhead: ``--inflight`` queries of naive_rag kept in flight (closed loop, ``--r
 per slot) on engines that answer instantly, on a real event loop (asyncio's and uvloop's): wall
 time per primitive executed (counted from the traces) for the bare reference executor (no engine
 schedulers) and for the runtime (engine schedulers, batching proxies, traces, metrics) under
-each policy.
+each policy; beside them, the primitives' own work (their handlers called one after another on
+the same engines, no runtime), which every runtime row includes.
 """
 
 from __future__ import annotations
@@ -35,6 +36,8 @@ from ayo.engine_set import EngineConfig
 from ayo.scheduler import DEFAULT_PROFILES, Doc, EngineProfile, LatencyModel, QueryRun
 from ayo.scheduler.batching import POLICIES, BatchLimits, PendingRequest
 from ayo.scheduler.engine_scheduler import EngineScheduler
+from ayo.scheduler.graph import INPUT_ID, OUTPUT_ID
+from ayo.scheduler.handlers import HANDLERS, QueryContext
 from ayo.scheduler.serving_gc import configure_gc_for_serving, restore_gc
 from ayo.scheduler.simulation import run_virtual, sim_engines
 
@@ -239,6 +242,44 @@ async def _overhead_once(
     return wall / counted[0], cpu / counted[0]
 
 
+async def _direct_once(inflight: int, rounds: int) -> tuple[float, float]:
+    """(wall, CPU) seconds per primitive when naive_rag's handlers are called one after another
+    in topological order, straight on the instant engines: no readiness tracking, no engine
+    schedulers or batching, no traces or metrics. The primitives' own work (reading their
+    inputs, rendering prompts, building engine calls), which every runtime row includes."""
+    inputs = {"question": "why do stars shine"}
+    app = _null_app("fcfs")
+    async with app:
+        plan = app.plan("naive_rag", inputs)
+        expected = (await app.run("naive_rag", inputs)).outputs
+    engines = {"llm": NullLLM(), "embedder": NullRetrieval(), "index": NullRetrieval()}
+    order = [plan.node(n) for n in plan.topo_order if n not in (INPUT_ID, OUTPUT_ID)]
+    sources = {
+        n.id: [(e.dst_port, e.src, e.src_port) for e in plan.in_edges(n.id)]
+        for n in [*order, plan.node(OUTPUT_ID)]
+    }
+    counted = [0]
+
+    async def one() -> dict[str, Any]:
+        ctx = QueryContext("q", engines)
+        values: dict[tuple[str, str], Any] = {(INPUT_ID, k): v for k, v in inputs.items()}
+        for node in order:
+            data = {port: values[src, src_port] for port, src, src_port in sources[node.id]}
+            for port, value in (await HANDLERS[node.op](node, data, ctx)).items():
+                values[node.id, port] = value
+        counted[0] += len(order)
+        return {port: values[src, src_port] for port, src, src_port in sources[OUTPUT_ID]}
+
+    if await one() != expected:  # the same primitives, the same answer
+        raise RuntimeError(f"direct calls gave another answer than the runtime: {expected}")
+    counted[0] = 0
+    gc.collect()
+    wall, cpu = time.perf_counter(), time.process_time()
+    await _closed_loop(inflight, rounds, one)
+    wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+    return wall / counted[0], cpu / counted[0]
+
+
 async def _floor_once(n: int) -> tuple[float, float]:
     """Seconds per task that awaits one future resolved by a callback: asyncio's floor for a
     primitive that waits on an engine."""
@@ -291,6 +332,7 @@ def overhead_report(inflight: int, rounds: int, repeats: int, real: bool) -> Non
     )
     rows: list[tuple[str, Any]] = [
         ("asyncio floor: a task awaiting a future", lambda: _floor_once(inflight)),
+        ("primitives' own work: handlers called", lambda: _direct_once(inflight, rounds)),
         *(
             (f"engine scheduler alone, {p}", lambda p=p: _engine_scheduler_once(inflight, p))
             for p in POLICIES
@@ -328,6 +370,12 @@ def overhead_report(inflight: int, rounds: int, repeats: int, real: bool) -> Non
         sum(cpus[key]) / sum(walls[key]) for key in walls if sum(walls[key]) > 0
     )
     print(f"(CPU time / wall time, median over rows: {cpu_share:.2f}: the loop never waits)")
+    own, served = 1, len(rows) - 1  # the primitives' own work; the serving-gc runtime row
+    dispatch = ", ".join(
+        f"{name} {statistics.median(walls[served, k]) - statistics.median(walls[own, k]):.1f}"
+        for k, (name, _) in enumerate(runners)
+    )
+    print(f"(the runtime's own share of the last row: minus the primitives' own work: {dispatch})")
     print("(naive_rag: 7 primitives a query, 5 on engines. gc.freeze(): the startup heap moved")
     print(" out of the cyclic GC's reach; serving gc: that and a young-generation threshold of")
     print(" 50000, ayo.scheduler.serving_gc.configure_gc_for_serving(), for a server to call)")

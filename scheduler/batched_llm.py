@@ -144,7 +144,7 @@ class BatchedLLM:
         """Awaitable (the queued request's future, as in ``ayo.scheduler.batched``). Tokens held
         by :meth:`prefill_when_idle` and not yet issued go first, in the same request."""
         i, raw = self._route(seq)
-        held = self._take(i, raw)
+        held = self._take(i, raw) if self._held else None
         if held is not None:
             if held.future is not None:  # already running: the rest follows it
                 return self._after(held.future, i, raw, list(tokens))
