@@ -173,16 +173,13 @@ class EngineScheduler:
                 raise QueueFull(f"engine {self.name!r} queue is full ({self.max_queue})")
             self._space.clear()
             await self._space.wait()
-        return await self._queue(request)
+        return await self.enqueue(request)
 
     def enqueue(self, request: PendingRequest) -> Awaitable[Any]:
         """:meth:`submit` as an awaitable without a coroutine of its own: with room in the
         queue, the request's future (cancelling it withdraws the request); else ``submit``."""
         if len(self._live) >= self.max_queue:
             return self.submit(request)
-        return self._queue(request)
-
-    def _queue(self, request: PendingRequest) -> asyncio.Future:
         request.seq = next(self._seq)
         request.enqueued_at = self._clock()
         fut = request.future = _RequestFuture(loop=self._loop or asyncio.get_running_loop())
