@@ -274,7 +274,7 @@ class GraphRun(QueryRun):
         self._on_control = on_control
         self._clock = clock
         self._active: dict[str, float] = {}  # running primitives: their remaining_ms
-        self._started = clock()
+        self._started = clock() if deadline is not None else 0.0  # for the deadline message
         self._loop: asyncio.AbstractEventLoop | None = None
         self._facts = costs.facts
         self._caller: asyncio.Task[Any] | None = None  # running a primitive in run()
