@@ -213,6 +213,33 @@ async def test_cancelled_request_is_withdrawn_before_it_runs():
     await sched.stop()
 
 
+async def test_on_idle_is_called_when_nothing_is_queued_or_running():
+    engine = RecordingEngine()
+    engine.gate.clear()
+    sched = EngineScheduler(engine, "e", limits=BatchLimits(max_items=1))
+    idle: list[int] = []
+    sched.on_idle = lambda: idle.append(sched.load)
+    sched.start()
+    first = asyncio.create_task(sched.submit(req(1, "a")))
+    second = asyncio.create_task(sched.submit(req(2, "b")))
+    await asyncio.sleep(0)
+    engine.gate.set()
+    assert await asyncio.gather(first, second) == ["A", "B"]
+    assert idle == [0]  # once: after the second batch, not between the two
+    engine.gate.clear()
+    running = asyncio.create_task(sched.submit(req(3, "c")))
+    await asyncio.sleep(0)
+    doomed = asyncio.create_task(sched.submit(req(4, "d")))
+    await asyncio.sleep(0)
+    doomed.cancel()  # withdrawn while "c" still runs: not idle yet
+    await asyncio.sleep(0)
+    assert idle == [0]
+    engine.gate.set()
+    assert await running == "C"
+    assert idle == [0, 0]
+    await sched.stop()
+
+
 async def test_stop_fails_pending_requests():
     engine = RecordingEngine()
     engine.gate.clear()

@@ -61,6 +61,33 @@ def test_plans_are_values() -> None:
         Node("n", Op.MAP, inputs=(Port("a", T), Port("a", T)))
 
 
+def test_frozen_config_is_a_read_only_hashable_dict() -> None:
+    import copy
+    import pickle
+
+    config = FrozenConfig(k=3, collection="wiki")
+    assert (
+        config["k"] == 3 and config.get("missing", 0) == 0 and list(config) == ["collection", "k"]
+    )
+    for mutate in (
+        lambda c: c.__setitem__("k", 4),
+        lambda c: c.__delitem__("k"),
+        lambda c: c.update(k=4),
+        lambda c: c.pop("k"),
+        lambda c: c.popitem(),
+        lambda c: c.setdefault("x", 1),
+        lambda c: c.clear(),
+    ):
+        with pytest.raises(TypeError, match="immutable"):
+            mutate(config)
+    assert config == FrozenConfig(collection="wiki", k=3) and config["k"] == 3
+    assert config != {"collection": "wiki", "k": 3}  # equal only to another FrozenConfig
+    assert pickle.loads(pickle.dumps(config)) == config
+    assert copy.deepcopy(config) is config
+    changed = config.with_(k=5)
+    assert changed["k"] == 5 and config["k"] == 3 and hash(changed) != hash(config)
+
+
 def test_to_json_has_exactly_the_documented_fields() -> None:
     plan = Plan("chain", *map(tuple, _chain()))
     data = plan.to_json()
