@@ -29,7 +29,8 @@ from ayo.metrics import AppMetrics
 from ayo.plan_cache import PlanCache
 from ayo.scheduler import EngineProfile, Plan, RegexTokenizer
 from ayo.scheduler.engine_scheduler import BatchRecord, QueueFull
-from ayo.scheduler.runtime import GraphRun, PlanCosts, answer_nodes
+from ayo.scheduler.plan_costs import PlanCosts
+from ayo.scheduler.runtime import GraphRun, answer_nodes
 from ayo.scheduler.simulation import VirtualClockLoop
 from ayo.tracing import Trace
 from ayo.workflow import InputShape, Workflow

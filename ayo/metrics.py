@@ -155,11 +155,9 @@ class AppMetrics:
         self._apps: dict[str, tuple[list[float], list[float]]] = {}
         self._unfolded = 0
 
-    def batch(
-        self, record: BatchRecord, primitives: tuple[PendingRequest, ...] | None = None
-    ) -> None:
-        """One finished engine batch: its size, and each request's queued + run time
-        (``primitives``: ``record.primitives``, when the caller has it already)."""
+    def batch(self, record: BatchRecord, primitives: tuple[PendingRequest, ...]) -> None:
+        """One finished engine batch: its size, and the queued + run time of each of its
+        ``primitives`` (``record.primitives``, which the caller reads once for traces too)."""
         engine, ended = record.engine, record.ended
         sizes = self._batch_sizes.get(engine)
         if sizes is None:
@@ -168,8 +166,6 @@ class AppMetrics:
         per_op = self._rows.get(engine)
         if per_op is None:
             per_op = self._rows[engine] = {}
-        if primitives is None:
-            primitives = record.primitives
         for r in primitives:
             values = per_op.get(r.op)
             if values is None:

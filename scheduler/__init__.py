@@ -20,10 +20,11 @@ from .executor import QueryRun, execute
 from .functions import MAP_FUNCTIONS, MapFn, register_map
 from .graph import INPUT_ID, OUTPUT_ID, Edge, EdgeKind, FrozenConfig, Node, Plan
 from .ops import Op, OpInfo
+from .plan_costs import PlanCosts
 from .ports import Port, PortType
 from .profile import DEFAULT_PROFILES, EngineProfile, LatencyModel
 from .prompt import Prompt, RegexTokenizer, Tokenizer
-from .runtime import DeadlineExceeded, GraphRun, PlanCosts
+from .runtime import DeadlineExceeded, GraphRun
 from .validate import validate
 from .values import SKIPPED, Chunk, Doc, EndOfStream, SeqHandle
 

@@ -65,7 +65,7 @@ class _RequestFuture(asyncio.Future):
     """A queued request's future; cancelling it (its waiter was cancelled, or a timeout fired)
     withdraws the request from the queue if it has not started."""
 
-    __slots__ = ("_request", "_scheduler")  # set by EngineScheduler._queue (no Python __init__)
+    __slots__ = ("_request", "_scheduler")  # set by EngineScheduler.enqueue (no Python __init__)
 
     _request: PendingRequest
     _scheduler: EngineScheduler
@@ -195,8 +195,11 @@ class EngineScheduler:
         if self._pending.remove(request):
             request.future = None
             self._space.set()
-            if self.on_idle is not None and not self._live and not self._inflight:
-                self.on_idle()
+            self._idle_check()
+
+    def _idle_check(self) -> None:
+        if self.on_idle is not None and not self._live and not self._inflight:
+            self.on_idle()
 
     def stats(self) -> dict[str, float]:
         return {
@@ -271,8 +274,7 @@ class EngineScheduler:
                 fut.set_result(res)
         if self._on_batch is not None:
             self._on_batch(BatchRecord(self.name, tuple(batch), started, self._clock(), ok))
-        if self.on_idle is not None and not self._live and not self._inflight:
-            self.on_idle()
+        self._idle_check()
 
 
 class EnginePool:

@@ -67,13 +67,17 @@ class QueryRun:
 
     def _begin(self) -> None:
         """Start the primitives without inputs, then deliver the query inputs."""
+        self._start_sources()
+        inputs = self._inputs
+        self._emit(self.plan.node(INPUT_ID), {k: inputs[k] for k in self.plan.run_shape.inputs})
+
+    def _start_sources(self) -> None:
+        """Start the primitives without inputs (and end a query whose outputs need none)."""
         for n in self.plan.run_shape.sources:
             self._start(n)
         if self._pending[OUTPUT_ID] == 0:
             self._outputs_ready = True
             self._finish()
-        inputs = self._inputs
-        self._emit(self.plan.node(INPUT_ID), {k: inputs[k] for k in self.plan.run_shape.inputs})
 
     async def _cleanup(self) -> None:
         """However the query ended: cancel its primitives still running, release engine state."""

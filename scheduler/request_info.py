@@ -58,10 +58,6 @@ class RequestInfo:
         self.facts = facts
         self.query = query
 
-    @property
-    def node_id(self) -> str:
-        return self.facts.node_id
-
     def __repr__(self) -> str:
         return f"RequestInfo(query {self.query_id}, node {self.facts.node_id!r})"
 
