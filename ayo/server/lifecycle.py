@@ -12,6 +12,7 @@ import asyncio
 import logging
 import os
 import time
+from pathlib import Path
 from typing import Any
 
 from ayo.server.config import ServerConfig
@@ -123,7 +124,22 @@ async def build_state(config: ServerConfig, **llm_options: Any) -> ServerState:
         state.loaded["embedder"]["path"],
     )
     log.info("data directory: %s", config.data_path)
+    log.info("imports: %s", import_origins())
     return state
+
+
+def import_origins() -> str:
+    """Where ``ayo`` and Hugging Face's ``kernels`` (which transformers loads) were imported
+    from: the check that no working directory made our ``kernels/`` folder shadow it."""
+    import transformers
+
+    import ayo
+    import kernels
+
+    return (
+        f"ayo {ayo.__version__} from {Path(ayo.__file__).parent}, transformers "
+        f"{transformers.__version__}, kernels from {Path(kernels.__file__).parent}"
+    )
 
 
 async def ensure_corpus(

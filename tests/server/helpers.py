@@ -1,11 +1,17 @@
-"""Small helpers for the server tests: SSE parsing and a bounded wait on a condition."""
+"""Small helpers for the server tests: SSE parsing, a bounded wait on a condition, and
+``python -m ayo.server`` as a subprocess."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import re
+import signal
+import sys
 import time
 from collections.abc import AsyncIterator, Callable
+from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -43,3 +49,48 @@ async def error_of(response: aiohttp.ClientResponse) -> dict[str, str]:
     assert set(body) == {"error"} and set(body["error"]) == {"type", "message"}, body
     assert "Traceback" not in body["error"]["message"]
     return body["error"]
+
+
+class ServerProcess:
+    """``python -m ayo.server --port 0`` in a subprocess (the log names the port); its log lines
+    are collected. ``cwd`` is the working directory it starts in (the default: this process's)."""
+
+    def __init__(self, data_dir: Path, corpus_limit: int, cwd: Path | None = None) -> None:
+        self.data_dir = data_dir
+        self.corpus_limit = corpus_limit
+        self.cwd = cwd
+        self.url = ""
+        self.lines: list[str] = []
+
+    async def start(self) -> None:
+        self.proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "ayo.server", "--port", "0",
+            "--data-dir", str(self.data_dir), "--corpus", "wiki", "--corpus-limit", str(self.corpus_limit),
+            cwd=self.cwd, stderr=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.DEVNULL,
+        )  # fmt: skip
+        await asyncio.wait_for(self._read_until("listening on"), timeout=120)
+        self.url = re.search(r"listening on (http://127\.0\.0\.1:\d+)", self.lines[-1]).group(1)
+        self.drain = asyncio.ensure_future(self._read_until(None))
+
+    async def _read_until(self, needle: str | None) -> None:
+        assert self.proc.stderr is not None
+        while line := await self.proc.stderr.readline():
+            self.lines.append(line.decode(errors="replace").rstrip())
+            if needle and needle in self.lines[-1]:
+                return
+        if needle:
+            raise AssertionError("server exited before listening:\n" + "\n".join(self.lines))
+
+    async def stop(self, timeout: float = 60) -> int:
+        """SIGTERM, then the exit code (``asyncio.TimeoutError`` after ``timeout`` seconds)."""
+        self.proc.send_signal(signal.SIGTERM)
+        code = await asyncio.wait_for(self.proc.wait(), timeout=timeout)
+        await self.drain
+        return code
+
+    def kill(self) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            self.proc.kill()
+
+    def log(self) -> str:
+        return "\n".join(self.lines)

@@ -3,12 +3,9 @@ validation, and a restart that keeps ingested documents without re-embedding the
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import json
 import os
 import re
-import signal
 import sys
 from pathlib import Path
 
@@ -17,6 +14,8 @@ import pytest
 
 from ayo.server.__main__ import build_parser, load_config
 from ayo.server.config import ServerConfig, is_loopback
+
+from .helpers import ServerProcess
 
 CORPUS = 12
 
@@ -70,52 +69,10 @@ def test_config_file_flags_and_env(tmp_path: Path, monkeypatch: pytest.MonkeyPat
             load_config(build_parser().parse_args(["--config", str(path)]))
 
 
-class _Server:
-    """``python -m ayo.server --port 0`` in a subprocess (the log names the port); its log lines
-    are collected."""
-
-    def __init__(self, data_dir: Path) -> None:
-        self.data_dir = data_dir
-        self.url = ""
-        self.lines: list[str] = []
-
-    async def start(self) -> None:
-        self.proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "ayo.server", "--port", "0",
-            "--data-dir", str(self.data_dir), "--corpus", "wiki", "--corpus-limit", str(CORPUS),
-            stderr=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.DEVNULL,
-        )  # fmt: skip
-        await asyncio.wait_for(self._read_until("listening on"), timeout=120)
-        self.url = re.search(r"listening on (http://127\.0\.0\.1:\d+)", self.lines[-1]).group(1)
-        self.drain = asyncio.ensure_future(self._read_until(None))
-
-    async def _read_until(self, needle: str | None) -> None:
-        assert self.proc.stderr is not None
-        while line := await self.proc.stderr.readline():
-            self.lines.append(line.decode(errors="replace").rstrip())
-            if needle and needle in self.lines[-1]:
-                return
-        if needle:
-            raise AssertionError("server exited before listening:\n" + "\n".join(self.lines))
-
-    async def stop(self) -> int:
-        self.proc.send_signal(signal.SIGTERM)
-        code = await asyncio.wait_for(self.proc.wait(), timeout=60)
-        await self.drain
-        return code
-
-    def kill(self) -> None:
-        with contextlib.suppress(ProcessLookupError):
-            self.proc.kill()
-
-    def log(self) -> str:
-        return "\n".join(self.lines)
-
-
 @pytest.mark.slow  # two real server starts (models load in each): ~30-50 s on 2 cores
 async def test_restart_keeps_documents_and_embeds_nothing(tmp_path: Path) -> None:
     docs = [{"id": "zorblax", "text": "Zorblax is a purple gas giant orbiting the star Quenthari."}]
-    first = _Server(tmp_path)
+    first = ServerProcess(tmp_path, corpus_limit=CORPUS)
     await first.start()
     try:
         async with aiohttp.ClientSession() as s:
@@ -130,7 +87,7 @@ async def test_restart_keeps_documents_and_embeds_nothing(tmp_path: Path) -> Non
     assert f"{CORPUS} documents embedded at startup" in first.log()
     assert "closed the engines" in first.log()
 
-    second = _Server(tmp_path)
+    second = ServerProcess(tmp_path, corpus_limit=CORPUS)
     await second.start()
     try:
         async with aiohttp.ClientSession() as s:
