@@ -5,10 +5,13 @@
 Workload: ``--requests`` prompts of random token ids with lengths drawn uniformly in
 [--min-prompt, --max-prompt] (seeded), ``--output-tokens`` greedy tokens each (end-of-sequence
 ignored, so both sides produce exactly that many). All requests arrive at t=0.
-Ours: one ``generate`` call (continuous batching, chunked prefill). Theirs: transformers
-``generate`` in left-padded batches of ``--hf-batch``, same weights, same greedy settings.
-Also: ours at batch 1 against the decode limit (weight bytes per step / measured memory-copy
-bandwidth).
+Theirs: transformers ``generate`` in left-padded batches of each of ``--hf-batches`` (the best
+is reported), same weights, same dtype, same greedy settings. Ours: one ``generate`` call
+(continuous batching, chunked prefill) with ``max_num_seqs`` equal to transformers' best batch,
+so both sides run under the same batch cap. Both sides also: batch-1 decode tok/s (128-token
+prompt, 64 tokens) against the decode limit (weight bytes per step / memory-copy bandwidth
+measured at the same thread count), prefill tok/s of one 512-token prompt, and torch ops per
+decoder layer of one batch-1 decode step (``torch.profiler``, top-level aten ops / layers).
 """
 
 from __future__ import annotations
@@ -40,6 +43,31 @@ def copy_bandwidth(mib: int = 256, reps: int = 10) -> float:
     return 2 * src.numel() * 4 / best
 
 
+def cpu_flags() -> set[str]:
+    try:
+        with open("/proc/cpuinfo") as f:
+            line = next(line for line in f if line.startswith("flags"))
+        return set(line.split(":", 1)[1].split())
+    except (OSError, StopIteration):
+        return set()
+
+
+def amx_bf16() -> bool:
+    """Whether the CPU has AMX bf16 tiles (oneDNN's bf16 matmuls then beat fp32)."""
+    return "amx_bf16" in cpu_flags()
+
+
+def ops_per_layer(step, num_layers: int) -> float:
+    """Top-level aten ops of one call of ``step`` (a decode step), per decoder layer."""
+    from torch.profiler import ProfilerActivity, profile
+
+    step()
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        step()
+    top = [e for e in prof.events() if e.cpu_parent is None and e.name.startswith("aten::")]
+    return len(top) / num_layers
+
+
 def workload(n: int, lo: int, hi: int, seed: int, vocab: int) -> list[list[int]]:
     rng = random.Random(seed)
     return [[rng.randrange(100, vocab) for _ in range(rng.randint(lo, hi))] for _ in range(n)]
@@ -53,10 +81,14 @@ def machine() -> str:
     except (OSError, StopIteration):
         pass
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
-    return f"{name}, {os.cpu_count()} cores, torch {torch.__version__}, {torch.get_num_threads()} threads, load {load:.1f}"
+    amx = "AMX bf16" if amx_bf16() else "no AMX"
+    return (
+        f"{name} ({amx}), {os.cpu_count()} cores, torch {torch.__version__}, "
+        f"{torch.get_num_threads()} threads, load {load:.1f}"
+    )
 
 
-async def run_ours(prompts, out_tokens, dtype, args, loaded, tokenizer) -> dict:
+async def run_ours(prompts, out_tokens, dtype, cap, args, loaded, tokenizer) -> dict:
     from ayo.engines.llm import EngineConfig, LLMEngine, SamplingParams
     from ayo.engines.llm.model import LlamaModel
 
@@ -64,7 +96,8 @@ async def run_ours(prompts, out_tokens, dtype, args, loaded, tokenizer) -> dict:
         dtype=dtype,
         kv_cache_gib=args.kv_cache_gib,
         max_num_batched_tokens=args.max_num_batched_tokens,
-        max_num_seqs=args.max_num_seqs,
+        max_num_seqs=cap,
+        enable_prefix_caching=False,  # the batch-1 and prefill probes reuse workload prompts
     )
     model = LlamaModel(loaded.config, loaded.weights, config.torch_dtype, config.attention)
     params = SamplingParams(max_tokens=out_tokens, ignore_eos=True)
@@ -73,23 +106,53 @@ async def run_ours(prompts, out_tokens, dtype, args, loaded, tokenizer) -> dict:
         t = time.perf_counter()
         results = await eng.generate(prompts, params)
         wall = time.perf_counter() - t
-        (single,) = await eng.generate(
-            prompts[0][:128], SamplingParams(max_tokens=64, ignore_eos=True)
+        single = min(
+            [
+                (
+                    await eng.generate(
+                        prompts[0][:128], SamplingParams(max_tokens=64, ignore_eos=True)
+                    )
+                )[0]
+                for _ in range(2)
+            ],
+            key=lambda r: r.time_per_output_token_s,
         )
+        long = [p for p in prompts if len(p) >= 512][:1] or [(prompts[0] * 512)[:512]]
+        prefill = []
+        for _ in range(2):
+            (r,) = await eng.generate(long[0][:512], SamplingParams(max_tokens=1, ignore_eos=True))
+            prefill.append(512 / r.time_to_first_token_s)
         stats = eng.stats()
     n_out = sum(len(r.token_ids) for r in results)
     return {
-        "engine": f"ayo {dtype}",
+        "engine": f"ayo {dtype} (cap {cap})",
+        "dtype": dtype,
         "wall_s": wall,
         "output_tokens": n_out,
         "output_tok_s": n_out / wall,
         "mean_ttft_s": sum(r.time_to_first_token_s for r in results) / len(results),
         "mean_tpot_s": sum(r.time_per_output_token_s for r in results) / len(results),
-        "batch1_tpot_s": single.time_per_output_token_s,
+        "batch1_tok_s": 1 / single.time_per_output_token_s,
+        "prefill512_tok_s": max(prefill),
+        "ops_per_layer": our_ops_per_layer(model),
         "weight_bytes": model.weight_bytes,
         "preemptions": stats.preemptions,
         "tokens": [r.token_ids for r in results],
     }
+
+
+def our_ops_per_layer(model) -> float:
+    """One batch-1 decode step at a 129-token context through the engine's own runner."""
+    from ayo.engines.llm import EngineConfig
+    from ayo.engines.llm.runner import ModelRunner
+    from ayo.engines.llm.scheduler import ScheduledChunk
+    from ayo.engines.llm.sequence import Sequence
+
+    runner = ModelRunner(model, EngineConfig(dtype=str(model.dtype).split(".")[1]), num_blocks=16)
+    seq = Sequence(0, list(range(100, 229)))
+    seq.block_table = list(range(9))
+    chunks = [ScheduledChunk(seq, 128, 1)]
+    return ops_per_layer(lambda: runner.run(chunks), model.config.num_layers)
 
 
 class _Clock:
@@ -105,13 +168,17 @@ class _Clock:
         pass
 
 
-def run_hf(prompts, out_tokens, dtype, batch, path) -> dict:
+def load_hf(path, dtype):
     from transformers import AutoModelForCausalLM
 
     hf = AutoModelForCausalLM.from_pretrained(
         str(path.parent), gguf_file=path.name, dtype=getattr(torch, dtype)
     ).eval()
     hf.generation_config.eos_token_id = None
+    return hf
+
+
+def run_hf(hf, prompts, out_tokens, dtype, batch) -> dict:
     pad = 2
     ttfts, tpots, tokens = [], [], []
     with torch.inference_mode():
@@ -137,6 +204,8 @@ def run_hf(prompts, out_tokens, dtype, batch, path) -> dict:
     n_out = sum(len(t) for t in tokens)
     return {
         "engine": f"transformers {dtype} (batch {batch})",
+        "dtype": dtype,
+        "batch": batch,
         "wall_s": wall,
         "output_tokens": n_out,
         "output_tok_s": n_out / wall,
@@ -146,6 +215,35 @@ def run_hf(prompts, out_tokens, dtype, batch, path) -> dict:
     }
 
 
+def hf_single(hf, prompts) -> dict:
+    """transformers' batch-1 decode (128-token prompt, 64 tokens), 512-token prefill and ops
+    per layer of one decode step with its KV cache."""
+    prompt = torch.tensor([prompts[0][:128]])
+    best = float("inf")
+    with torch.inference_mode():
+        for _ in range(2):
+            clock = _Clock()
+            hf.generate(prompt, max_new_tokens=64, min_new_tokens=64, do_sample=False,
+                        pad_token_id=2, streamer=clock)  # fmt: skip
+            best = min(best, (clock.times[-1] - clock.times[1]) / 63)
+        long = torch.tensor([((prompts[0] * 512)[:512])])
+        prefill = 0.0
+        for _ in range(2):
+            t = time.perf_counter()
+            hf(long, use_cache=False, logits_to_keep=1)
+            prefill = max(prefill, 512 / (time.perf_counter() - t))
+        out = hf(prompt, use_cache=True)
+        cache, nxt = out.past_key_values, out.logits[:, -1:].argmax(-1)
+        layers = hf.config.num_hidden_layers
+
+        def step():
+            hf(nxt, past_key_values=cache, use_cache=True)
+            cache.crop(128)
+
+        ops = ops_per_layer(step, layers)
+    return {"batch1_tok_s": 1 / best, "prefill512_tok_s": prefill, "ops_per_layer": ops}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--requests", type=int, default=64)
@@ -153,13 +251,13 @@ def main() -> None:
     ap.add_argument("--min-prompt", type=int, default=32)
     ap.add_argument("--max-prompt", type=int, default=512)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--dtypes", default="float32,bfloat16", help="ours, comma-separated")
-    ap.add_argument("--hf-dtypes", default="float32", help="transformers; empty to skip")
-    ap.add_argument("--hf-batch", type=int, default=16)
+    ap.add_argument("--dtypes", default="float32,bfloat16", help="comma-separated, both sides")
+    ap.add_argument("--hf-batches", default="16,32,64", help="transformers' batch sizes to try")
     ap.add_argument("--max-num-batched-tokens", type=int, default=512)
-    ap.add_argument("--max-num-seqs", type=int, default=64)
     ap.add_argument("--kv-cache-gib", type=float, default=2.0)
-    ap.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
+    ap.add_argument(
+        "--threads", type=int, default=0, help="torch threads, both sides (0: torch's default)"
+    )
     ap.add_argument("--json", help="write the figures here")
     args = ap.parse_args()
     if args.threads:
@@ -173,20 +271,25 @@ def main() -> None:
     prompts = workload(
         args.requests, args.min_prompt, args.max_prompt, args.seed, loaded.config.vocab_size
     )
-    bandwidth = copy_bandwidth()
+    bandwidth = copy_bandwidth()  # at torch's thread count now: the one both sides use
     rows = []
     for dtype in filter(None, args.dtypes.split(",")):
-        print(f"running ayo {dtype} ...", file=sys.stderr, flush=True)
-        row = asyncio.run(run_ours(prompts, args.output_tokens, dtype, args, loaded, tokenizer))
-        limit = bandwidth / row["weight_bytes"]  # decode steps/s if only weights were read
-        row["batch1_tok_s"] = 1 / row["batch1_tpot_s"]
-        row["decode_limit_tok_s"] = limit
-        row["batch1_fraction_of_limit"] = row["batch1_tok_s"] / limit
-        rows.append(row)
-        print(f"  {row['output_tok_s']:.1f} tok/s in {row['wall_s']:.0f} s", file=sys.stderr)
-    for dtype in filter(None, args.hf_dtypes.split(",")):
-        print(f"running transformers {dtype} ...", file=sys.stderr, flush=True)
-        rows.append(run_hf(prompts, args.output_tokens, dtype, args.hf_batch, path))
+        hf = load_hf(path, dtype)
+        theirs = []
+        for batch in sorted({int(b) for b in args.hf_batches.split(",")}):
+            print(f"running transformers {dtype} batch {batch} ...", file=sys.stderr, flush=True)
+            theirs.append(run_hf(hf, prompts, args.output_tokens, dtype, batch))
+        best = max(theirs, key=lambda r: r["output_tok_s"])
+        best.update(hf_single(hf, prompts))
+        del hf
+        print(f"running ayo {dtype} at cap {best['batch']} ...", file=sys.stderr, flush=True)
+        ours = asyncio.run(
+            run_ours(prompts, args.output_tokens, dtype, best["batch"], args, loaded, tokenizer)
+        )
+        for row in (best, ours):
+            row["decode_limit_tok_s"] = bandwidth / ours["weight_bytes"]
+            row["batch1_fraction_of_limit"] = row["batch1_tok_s"] / row["decode_limit_tok_s"]
+        rows += [ours, best] + [r for r in theirs if r is not best]
     report(rows, args, bandwidth, prompts)
 
 
@@ -196,19 +299,21 @@ def report(rows, args, bandwidth, prompts) -> None:
     print(
         f"{args.requests} requests, prompts {min(lens)}-{max(lens)} tokens (mean "
         f"{sum(lens) / len(lens):.0f}), {args.output_tokens} output tokens, greedy; "
-        f"memory copy {bandwidth / 1e9:.1f} GB/s (read + write)\n"
+        f"memory copy {bandwidth / 1e9:.1f} GB/s (read + write) at "
+        f"{torch.get_num_threads()} threads\n"
     )
-    base = {r["engine"].split()[1]: r for r in rows if r["engine"].startswith("transformers")}
+    best = {r["dtype"]: r for r in rows if "batch1_tok_s" in r and "batch" in r}
     head = (
         f"{'engine':32} {'out tok/s':>10} {'vs HF':>7} {'TTFT ms':>9} {'TPOT ms':>8} {'agree':>6}"
+        f" {'b1 tok/s':>9} {'limit':>6} {'frac':>5} {'pf512/s':>8} {'ops/layer':>9}"
     )
-    print(head + f" {'b1 tok/s':>9} {'limit':>7} {'frac':>6}")
-    print("-" * (len(head) + 24))
+    print(head)
+    print("-" * len(head))
     for r in rows:
-        ref = base.get(r["engine"].split()[1]) or next(iter(base.values()), None)
+        ref = best.get(r["dtype"])
         ratio = r["output_tok_s"] / ref["output_tok_s"] if ref else float("nan")
         agree = "-"
-        if ref and r is not ref:
+        if ref and r is not ref and "batch" not in r:
             same = sum(a == b for x, y in zip(r["tokens"], ref["tokens"]) for a, b in zip(x, y))
             agree = f"{same / sum(len(x) for x in ref['tokens']):.0%}"
         line = (
@@ -217,15 +322,23 @@ def report(rows, args, bandwidth, prompts) -> None:
         )
         if "batch1_tok_s" in r:
             line += (
-                f" {r['batch1_tok_s']:9.1f} {r['decode_limit_tok_s']:7.1f} "
-                f"{r['batch1_fraction_of_limit']:6.0%}"
+                f" {r['batch1_tok_s']:9.1f} {r['decode_limit_tok_s']:6.1f} "
+                f"{r['batch1_fraction_of_limit']:5.0%} {r['prefill512_tok_s']:8.0f} "
+                f"{r['ops_per_layer']:9.1f}"
             )
         print(line)
     print(
-        "\nvs HF: output tokens/s over transformers' in the same dtype (else the first HF row); "
-        "agree: greedy tokens equal position by position to that row;\nb1: ours at batch 1 "
-        "(128-token prompt, 64 tokens); limit: copy bandwidth / weight bytes per step."
+        "\nvs HF: output tokens/s over transformers' best batch in the same dtype (ours runs "
+        "with max_num_seqs = that batch); agree: greedy tokens equal position by position;\n"
+        "b1: batch-1 decode (128-token prompt, 64 tokens); limit: copy bandwidth / weight bytes "
+        "per step (ours; the same weights); pf512: prefill tokens/s of one 512-token prompt;\n"
+        "ops/layer: top-level aten ops of one batch-1 decode step / decoder layers."
     )
+    if not amx_bf16():
+        print(
+            "This CPU has no AMX: its bf16 matmuls are not faster than fp32 ones, so bf16 only "
+            "halves the weight bytes; the engine's default stays float32."
+        )
     if args.json:
         out = {
             "machine": machine(),

@@ -6,6 +6,7 @@
 
 from .api import (
     apply_rotary,
+    implementation,
     paged_decode_attention,
     paged_prefill_attention,
     rms_norm,
@@ -22,6 +23,7 @@ __all__ = [
     "BackendUnavailable",
     "apply_rotary",
     "available_backends",
+    "implementation",
     "paged_decode_attention",
     "paged_prefill_attention",
     "rms_norm",

@@ -42,6 +42,14 @@ def _impl(op: str, backend: str | None, device: torch.device, supported=_ALL):
     return getattr(importlib.import_module(f"{__package__}.{module}"), op)
 
 
+def implementation(op: str, device: torch.device | str, backend: str | None = None):
+    """The backend function behind ``op`` (e.g. ``"rms_norm"``) for ``device``, resolved once:
+    what a model binds at construction so its per-token calls skip the checks and dispatch
+    above. It takes the same positional arguments as the public function."""
+    supported = _NO_FLASHINFER if op in ("write_kv_cache", "similarity_topk") else _ALL
+    return _impl(op, backend, torch.device(device), supported)
+
+
 def _check(cond: bool, msg: str) -> None:
     if not cond:
         raise ValueError(msg)

@@ -13,7 +13,7 @@ import torch.nn.functional as F
 
 from ayo import kernels
 
-from .attention import select
+from .attention import DecodeGroup, decode_matmul, plan_decode, prefill_matmul, uses_matmul
 from .config import ModelConfig
 
 
@@ -32,6 +32,15 @@ class AttentionMetadata:
     prefill_block_tables: torch.Tensor  # [P, max_blocks] int32
     prefill_cu_q_lens: torch.Tensor  # [P + 1] int32 offsets into the prefill tokens
     prefill_seq_lens: torch.Tensor  # [P] int32 total lengths including the chunk
+
+
+@dataclass
+class StepTensors:
+    """What every layer of one step reads, derived from the metadata once per step (CPU path)."""
+
+    cos: torch.Tensor  # [T, 1, D/2] model dtype: rotary rows of the step's positions
+    sin: torch.Tensor
+    decode: list[DecodeGroup]  # gather indices and masks of the decode tokens
 
 
 @dataclass
@@ -94,7 +103,18 @@ class LlamaModel:
             scaling_factor=config.rope_scaling_factor,
         )
         self.scale = config.head_dim**-0.5
-        self.decode_attention, self.prefill_attention = select(attention, self.embed.device)
+        device = self.embed.device
+        # Bound once: the per-layer calls below go straight to the backend's function.
+        self.cpu_attention = uses_matmul(attention, device)
+        impl = kernels.implementation
+        self.rms_norm = impl("rms_norm", device)
+        self.silu_and_mul = impl("silu_and_mul", device)
+        self.apply_rotary = impl("apply_rotary", device)
+        self.write_kv_cache = impl("write_kv_cache", device)
+        self.decode_attention = impl("paged_decode_attention", device)
+        self.prefill_attention = (
+            prefill_matmul if self.cpu_attention else impl("paged_prefill_attention", device)
+        )
 
     @property
     def weight_bytes(self) -> int:
@@ -103,6 +123,19 @@ class LlamaModel:
         for lw in self.layers:
             tensors += [lw.input_norm, lw.qkv, lw.o_proj, lw.post_norm, lw.gate_up, lw.down]
         return sum(t.numel() * t.element_size() for t in tensors)
+
+    def step_tensors(
+        self, positions: torch.Tensor, meta: AttentionMetadata, block_size: int
+    ) -> StepTensors:
+        """Rotary rows and decode gather plans of one step, for all layers (CPU path)."""
+        half = self.config.head_dim // 2
+        rows = self.cos_sin[positions]
+        cos = rows[:, None, :half].to(self.dtype)
+        sin = rows[:, None, half:].to(self.dtype)
+        decode = []
+        if meta.num_decode:
+            decode = plan_decode(meta.decode_block_tables, meta.decode_seq_lens, block_size)
+        return StepTensors(cos, sin, decode)
 
     @torch.inference_mode()
     def forward(
@@ -114,20 +147,23 @@ class LlamaModel:
         logit_rows: torch.Tensor,
     ) -> torch.Tensor:
         """``input_ids, positions [T]`` -> float32 logits ``[len(logit_rows), vocab]``."""
-        cfg = self.config
+        eps = self.config.rms_norm_eps
+        step = None
+        if self.cpu_attention:
+            step = self.step_tensors(positions, meta, kv_caches[0][0].shape[1])
         h = F.embedding(input_ids, self.embed)
         residual: torch.Tensor | None = None
         for lw, (k_cache, v_cache) in zip(self.layers, kv_caches):
             if residual is None:
                 residual = h
-                h = kernels.rms_norm(h, lw.input_norm, cfg.rms_norm_eps)
+                h = self.rms_norm(h, lw.input_norm, eps, None)
             else:
-                h, residual = kernels.rms_norm(h, lw.input_norm, cfg.rms_norm_eps, residual)
-            h = self._attention(h, lw, positions, meta, k_cache, v_cache)
-            h, residual = kernels.rms_norm(h, lw.post_norm, cfg.rms_norm_eps, residual)
-            h = F.linear(kernels.silu_and_mul(F.linear(h, lw.gate_up)), lw.down)
+                h, residual = self.rms_norm(h, lw.input_norm, eps, residual)
+            h = self._attention(h, lw, positions, meta, step, k_cache, v_cache)
+            h, residual = self.rms_norm(h, lw.post_norm, eps, residual)
+            h = F.linear(self.silu_and_mul(F.linear(h, lw.gate_up)), lw.down)
         h, residual = h[logit_rows], residual[logit_rows]
-        h, _ = kernels.rms_norm(h, self.norm, cfg.rms_norm_eps, residual)
+        h, _ = self.rms_norm(h, self.norm, eps, residual)
         return F.linear(h, self.lm_head).float()
 
     def _attention(
@@ -136,25 +172,39 @@ class LlamaModel:
         lw: LayerWeights,
         positions: torch.Tensor,
         meta: AttentionMetadata,
+        step: StepTensors | None,
         k_cache: torch.Tensor,
         v_cache: torch.Tensor,
     ) -> torch.Tensor:
         cfg = self.config
         n = h.shape[0]
         qkv = F.linear(h, lw.qkv, lw.qkv_bias)
-        q = qkv[:, : cfg.q_size].reshape(n, cfg.num_heads, cfg.head_dim)
-        k = qkv[:, cfg.q_size : cfg.q_size + cfg.kv_size].reshape(n, cfg.num_kv_heads, cfg.head_dim)
-        v = qkv[:, cfg.q_size + cfg.kv_size :].reshape(n, cfg.num_kv_heads, cfg.head_dim)
-        kernels.apply_rotary(q, k, positions, self.cos_sin)
-        kernels.write_kv_cache(k, v, k_cache, v_cache, meta.slot_mapping)
+        qk_size = cfg.q_size + cfg.kv_size
+        k = qkv[:, cfg.q_size : qk_size].view(n, cfg.num_kv_heads, cfg.head_dim)
+        v = qkv[:, qk_size:].view(n, cfg.num_kv_heads, cfg.head_dim)
+        if step is None:
+            q = qkv[:, : cfg.q_size].view(n, cfg.num_heads, cfg.head_dim)
+            self.apply_rotary(q, k, positions, self.cos_sin)
+            self.write_kv_cache(k, v, k_cache, v_cache, meta.slot_mapping)
+        else:
+            # q and k rotated together, in place: one view of both over the fused projection
+            qk = qkv[:, :qk_size].view(n, cfg.num_heads + cfg.num_kv_heads, cfg.head_dim)
+            rotate_in_place(qk, step.cos, step.sin)
+            q = qk[:, : cfg.num_heads]
+            k_cache.view(-1, cfg.num_kv_heads, cfg.head_dim).index_copy_(0, meta.slot_mapping, k)
+            v_cache.view(-1, cfg.num_kv_heads, cfg.head_dim).index_copy_(0, meta.slot_mapping, v)
         nd = meta.num_decode
-        if nd == n:
+        if nd == n and step is not None:
+            out = decode_matmul(q, k_cache, v_cache, step.decode, self.scale)
+        elif nd == n:
             out = self.decode_attention(
                 q, k_cache, v_cache, meta.decode_block_tables, meta.decode_seq_lens, self.scale
             )
         else:
             out = torch.empty_like(q)
-            if nd:
+            if nd and step is not None:
+                out[:nd] = decode_matmul(q[:nd], k_cache, v_cache, step.decode, self.scale)
+            elif nd:
                 out[:nd] = self.decode_attention(
                     q[:nd], k_cache, v_cache, meta.decode_block_tables, meta.decode_seq_lens,
                     self.scale,
@@ -169,3 +219,14 @@ class LlamaModel:
                 self.scale,
             )
         return F.linear(out.reshape(n, cfg.q_size), lw.o_proj)
+
+
+def rotate_in_place(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> None:
+    """NeoX / Llama half rotation of ``x [T, H, D]`` in place, rounding exactly as Hugging Face's
+    ``x * cos + rotate_half(x) * sin`` does: ``x1' = x1*cos - x2*sin``, ``x2' = x2*cos + x1*sin``."""
+    half = x.shape[-1] // 2
+    x1, x2 = x[..., :half], x[..., half:]
+    x1_sin = x1 * sin
+    x2_sin = x2 * sin
+    x1.mul_(cos).sub_(x2_sin)
+    x2.mul_(cos).add_(x1_sin)

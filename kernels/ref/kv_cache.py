@@ -10,8 +10,10 @@ def write_kv_cache(
 ) -> None:
     """Scatter ``k, v [T, Hkv, D]`` into the paged caches at ``slot = block * block_size + offset``;
     slots of ``-1`` are skipped."""
-    keep = slot_mapping >= 0
-    slots = slot_mapping[keep].long()
+    slots = slot_mapping.long()
+    if bool((slots < 0).any()):
+        keep = slots >= 0
+        slots, k, v = slots[keep], k[keep], v[keep]
     num_kv_heads, head_dim = k_cache.shape[2], k_cache.shape[3]
-    k_cache.view(-1, num_kv_heads, head_dim)[slots] = k[keep]
-    v_cache.view(-1, num_kv_heads, head_dim)[slots] = v[keep]
+    k_cache.view(-1, num_kv_heads, head_dim).index_copy_(0, slots, k)
+    v_cache.view(-1, num_kv_heads, head_dim).index_copy_(0, slots, v)

@@ -11,7 +11,7 @@ def rms_norm(
     """
     if residual is not None:
         x = x + residual
-    x32 = x.float()
+    x32 = x if x.dtype == torch.float32 else x.float()
     y = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + eps)
-    out = weight * y.to(x.dtype)
+    out = weight * (y if y.dtype == x.dtype else y.to(x.dtype))
     return out if residual is None else (out, x)

@@ -14,7 +14,8 @@ def apply_rotary(
     cos = cs[:, None, :half].to(q.dtype)
     sin = cs[:, None, half:].to(q.dtype)
     for x in (q, k):
-        x1, x2 = x[..., :half].clone(), x[..., half:].clone()
-        x[..., :half] = x1 * cos - x2 * sin
-        x[..., half:] = x2 * cos + x1 * sin
+        x1, x2 = x[..., :half], x[..., half:]
+        x1_sin, x2_sin = x1 * sin, x2 * sin
+        x1.mul_(cos).sub_(x2_sin)
+        x2.mul_(cos).add_(x1_sin)
     return q, k

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from ayo import kernels
-from ayo.engines.llm.attention import prefill_matmul
+from ayo.engines.llm.attention import decode_matmul, plan_decode, prefill_matmul
 from ayo.kernels.ref.attention import paged_decode_attention as ref_decode
 
 TOL = {torch.float32: dict(atol=1e-5, rtol=1e-5), torch.bfloat16: dict(atol=2e-2, rtol=2e-2)}
@@ -30,6 +30,24 @@ def test_decode_matches_kernel(dtype, groups):
     lens = torch.tensor([1, 19, 47, 150, 3, 77, 5, 6, 100, 149, 2, 33, 64], dtype=torch.int32)
     want = kernels.paged_decode_attention(q.float(), k.float(), v.float(), table, lens, 0.25)
     got = ref_decode(q, k, v, table, lens, 0.25, groups=groups)
+    torch.testing.assert_close(got.float(), want, **TOL[dtype])
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("groups", [1, 3])
+def test_engine_decode_plan_matches_kernel(dtype, groups):
+    """The engine's CPU decode: a plan built once per step (gather indices, masks, length
+    groups), all KV heads per call, q a strided view of a fused projection as in the model."""
+    k, v, _ = paged(dtype, num_blocks=400)
+    table = torch.randperm(400, generator=torch.Generator().manual_seed(2))[:390].view(13, 30)
+    table = table.to(torch.int32)
+    fused = torch.randn(13, 9 * 16 + 40).to(dtype)
+    q = fused[:, : 9 * 16].view(13, 9, 16)
+    lens = torch.tensor([1, 19, 47, 150, 3, 77, 5, 6, 100, 149, 2, 33, 64], dtype=torch.int32)
+    plans = plan_decode(table, lens, block_size=5, groups=groups)
+    assert len(plans) == groups
+    want = kernels.paged_decode_attention(q.float(), k.float(), v.float(), table, lens, 0.25)
+    got = decode_matmul(q, k, v, plans, 0.25)
     torch.testing.assert_close(got.float(), want, **TOL[dtype])
 
 
