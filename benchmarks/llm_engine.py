@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import inspect
 import json
 import os
 import platform
@@ -232,13 +233,16 @@ def hf_single(hf, prompts) -> dict:
             t = time.perf_counter()
             hf(long, use_cache=False, logits_to_keep=1)
             prefill = max(prefill, 512 / (time.perf_counter() - t))
+        # transformers 5.x renames past_key_values to cache (the old name is deprecated)
+        name = "cache" if "cache" in inspect.signature(hf.forward).parameters else "past_key_values"
         out = hf(prompt, use_cache=True)
-        cache, nxt = out.past_key_values, out.logits[:, -1:].argmax(-1)
+        cache = getattr(out, name, None) or out.past_key_values
+        nxt = out.logits[:, -1:].argmax(-1)
         layers = hf.config.num_hidden_layers
 
         def step():
-            hf(nxt, past_key_values=cache, use_cache=True)
-            cache.crop(128)
+            hf(nxt, use_cache=True, **{name: cache})
+            cache.crop(-1)  # drop the token just appended: every step sees 128 cached tokens
 
         ops = ops_per_layer(step, layers)
     return {"batch1_tok_s": 1 / best, "prefill512_tok_s": prefill, "ops_per_layer": ops}
