@@ -60,3 +60,23 @@ def test_prefill_matches_kernel(dtype):
     want = kernels.paged_prefill_attention(q.float(), k.float(), v.float(), table, cu, lens, 0.25)
     got = prefill_matmul(q, k, v, table, cu, lens, 0.25)
     torch.testing.assert_close(got.float(), want, **TOL[dtype])
+
+
+@pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="torch built without oneDNN")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("rows", [0, 1, 5, 64])
+def test_packed_linear_matches_f_linear(dtype, rows):
+    """The model's CPU matmuls: oneDNN on a weight packed once, against ``F.linear``, with and
+    without bias, on a strided input (the model passes views of fused projections)."""
+    from ayo.engines.llm.model import onednn_linear, pack_weight
+
+    g = torch.Generator().manual_seed(3)
+    w = torch.randn(96, 40, generator=g).to(dtype)
+    b = torch.randn(96, generator=g).to(dtype)
+    x = torch.randn(rows, 80, generator=g).to(dtype)[:, :40]
+    packed = pack_weight(w)
+    for bias in (None, b):
+        want = torch.nn.functional.linear(x.float(), w.float(), None if bias is None else b.float())
+        got = onednn_linear(x, packed, bias)
+        assert got.shape == (rows, 96) and got.dtype == dtype
+        torch.testing.assert_close(got.float(), want, **TOL[dtype])
