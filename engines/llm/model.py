@@ -67,15 +67,6 @@ class LlamaModel:
     ):
         self.config = config
         self.dtype = dtype
-        device = weights["model.embed_tokens.weight"].device
-        # On the CPU the matmuls go through oneDNN with weights reordered once into its blocked
-        # layout: at batch 1 to 16 it streams the weights 1.7-2.4x faster than F.linear's BLAS
-        # on CPUs where that BLAS takes a generic path (benchmarks.llm_engine shows both).
-        if packed_linear is None:
-            packed_linear = uses_packed_linear(device, dtype)
-        self.packed_linear = packed_linear
-        self.linear = onednn_linear if packed_linear else F.linear
-        pack = pack_weight if packed_linear else (lambda t: t)
 
         def w(name: str) -> torch.Tensor:
             if name not in weights:
@@ -83,6 +74,14 @@ class LlamaModel:
             return weights[name].to(dtype).contiguous()
 
         self.embed = w("model.embed_tokens.weight")
+        device = self.embed.device
+        # On the CPU the matmuls go through oneDNN with weights reordered once into its blocked
+        # layout: at batch 1 to 16 it streams the weights 1.7-2.4x faster than F.linear's BLAS
+        # on CPUs where that BLAS takes a generic path (benchmarks.llm_engine shows both).
+        if packed_linear is None:
+            packed_linear = uses_packed_linear(device, dtype)
+        self.linear = onednn_linear if packed_linear else F.linear
+        pack = pack_weight if packed_linear else (lambda t: t)
         self.layers: list[LayerWeights] = []
         for i in range(config.num_layers):
             p = f"model.layers.{i}."
