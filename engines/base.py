@@ -20,11 +20,14 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import ctypes
+import functools
 import logging
 import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Generic, TypeVar
 
 from .errors import EngineClosed, EngineError
@@ -48,6 +51,35 @@ def set_worker_threads(num_threads: int) -> None:
 
     torch.get_num_threads()
     torch.set_num_threads(num_threads)
+
+
+@functools.cache
+def _openmp_pause():
+    """``omp_pause_resource_all`` of the libgomp torch ships, or None (another OpenMP runtime)."""
+    import torch
+
+    lib = Path(torch.__file__).parent / "lib" / "libgomp.so.1"
+    try:
+        return ctypes.CDLL(str(lib)).omp_pause_resource_all if lib.exists() else None
+    except (OSError, AttributeError) as exc:
+        logger.debug("no omp_pause_resource_all in %s: %s", lib, exc)
+        return None
+
+
+def release_openmp_threads() -> None:
+    """Let the calling thread's idle OpenMP team go (``omp_pause_resource_all(omp_pause_soft)``).
+
+    libgomp keeps a team of worker threads for every thread that ran a parallel torch op. Once
+    the process holds more of them than it has CPUs, libgomp throttles all teams: their
+    workers sleep after ~100 spins instead of ~300k, so every parallel op pays a futex wake.
+    Measured on 2 cores: one decode step of the 135M model took 31-33 ms with one team in the
+    process and 42-47 ms once a second, idle one existed (an embedder worker, or the thread that
+    loaded the model). So a thread that is done with torch for a while (a worker going idle, a
+    loader) releases its team; its next parallel op starts a fresh one (~0.1 ms).
+    """
+    pause = _openmp_pause()
+    if pause is not None:
+        pause(1)  # omp_pause_soft
 
 
 @dataclass(frozen=True)
@@ -225,7 +257,13 @@ class BatchingEngine(Generic[Req, Res]):
         if self.batch_config.num_threads is not None:
             set_worker_threads(self.batch_config.num_threads)
         self.on_worker_start()
-        while (taken := self._take()) is not None:
+        while True:
+            with self._cond:
+                idle = not self._queue
+            if idle:
+                release_openmp_threads()
+            if (taken := self._take()) is None:
+                break
             live = [p for p in taken if not p.future.cancelled()]
             if not live:
                 continue

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .base import BatchConfig, BatchingEngine
+from .base import BatchConfig, BatchingEngine, release_openmp_threads
 from .corpus import MINILM_NAMES, resolve_model
 from .errors import InvalidRequest
 
@@ -166,7 +166,9 @@ class Embedder(BatchingEngine[EmbedRequest, Embedding]):
         """Load a known name (``all-minilm-l6-v2``) or a local model folder, offline."""
         path = resolve_model(name_or_path)
         known = str(name_or_path).lower() in MINILM_NAMES
-        return cls(path, config, batch, model_name="all-minilm-l6-v2" if known else path.name)
+        embedder = cls(path, config, batch, model_name="all-minilm-l6-v2" if known else path.name)
+        release_openmp_threads()  # the loading thread's team must not throttle the workers'
+        return embedder
 
     @property
     def max_content_tokens(self) -> int:

@@ -15,6 +15,7 @@ import threading
 from collections import deque
 from collections.abc import Sequence as Seq
 
+from ..base import release_openmp_threads, set_worker_threads
 from .commands import Abort, Close, Command, Decode, Open, Prefill, Score
 from .config import EngineConfig, SamplingParams
 from .core import EngineCore
@@ -88,6 +89,7 @@ class LLMEngine:
         loaded = load_model(resolve_model_path(model))
         tok = tokenizer if tokenizer is not None else load_tokenizer(loaded)
         model_ = LlamaModel(loaded.config, loaded.weights, cfg.torch_dtype, cfg.attention)
+        release_openmp_threads()  # this thread's packing team must not throttle the worker's
         return cls(model_, tok, cfg)
 
     @classmethod
@@ -132,12 +134,14 @@ class LLMEngine:
 
     def _work(self) -> None:
         if self.config.num_threads:
-            from ..base import set_worker_threads
-
             set_worker_threads(self.config.num_threads)
         core = self._core
         try:
             while True:
+                with self._cond:
+                    idle = not self._commands and not core.has_work and not self._stopping
+                if idle:  # going to sleep: the other engines' OpenMP teams run unthrottled
+                    release_openmp_threads()
                 with self._cond:
                     while not self._commands and not core.has_work and not self._stopping:
                         self._cond.wait()

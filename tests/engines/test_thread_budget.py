@@ -2,11 +2,21 @@
 
 from __future__ import annotations
 
+import asyncio
+import os
 import threading
+import time
 
+import pytest
 import torch
 
-from ayo.engines.base import set_worker_threads
+from ayo.engines.base import (
+    BatchConfig,
+    BatchingEngine,
+    _openmp_pause,
+    release_openmp_threads,
+    set_worker_threads,
+)
 
 
 def _two_workers(setter) -> tuple[int, int]:
@@ -53,3 +63,72 @@ def test_plain_set_num_threads_is_undone_by_a_later_worker():
         assert _two_workers(torch.set_num_threads) == (1, 1)
     finally:
         torch.set_num_threads(before)
+
+
+def _os_threads() -> int:
+    return len(os.listdir("/proc/self/task"))
+
+
+needs_libgomp = pytest.mark.skipif(
+    _openmp_pause() is None or not os.path.isdir("/proc/self/task"),
+    reason="torch here does not ship libgomp (another OpenMP runtime) or no /proc",
+)
+
+
+@needs_libgomp
+def test_release_openmp_threads_ends_the_calling_threads_team():
+    """A thread that ran a 2-thread op holds an OpenMP worker thread; released, it is gone and
+    the next parallel op starts a fresh team that computes the same."""
+    seen: dict[str, object] = {}
+    x = torch.arange(1 << 20, dtype=torch.float64)
+
+    def work() -> None:
+        set_worker_threads(2)
+        before = _os_threads()
+        seen["first"] = x.exp().sum().item()
+        seen["with_team"] = _os_threads() - before
+        release_openmp_threads()
+        seen["released"] = _os_threads() - before
+        seen["again"] = x.exp().sum().item()
+
+    t = threading.Thread(target=work)
+    t.start()
+    t.join(30)
+    assert seen["with_team"] >= 1
+    assert seen["released"] == 0
+    assert seen["again"] == seen["first"]
+
+
+class _Exp(BatchingEngine[int, float]):
+    """Sums exp over a large tensor with 2 torch threads per request."""
+
+    def __init__(self) -> None:
+        super().__init__("exp", BatchConfig(num_threads=2))
+        self.x = torch.arange(1 << 20, dtype=torch.float64)
+        self.threads_in_batch = 0
+
+    def run_batch(self, requests: list[int]) -> list[float]:
+        out = [float((self.x * r).exp().sum()) for r in requests]
+        self.threads_in_batch = _os_threads()
+        return out
+
+
+@needs_libgomp
+def test_an_idle_worker_holds_no_openmp_team():
+    """Two idle teams in one process make libgomp throttle every team (the LLM's decode paid
+    ~35% for the embedder's idle one), so a batching worker going idle releases its own."""
+    engine = _Exp()
+
+    async def main() -> float:
+        return await engine.submit(1)
+
+    try:
+        before = _os_threads()
+        assert asyncio.run(main()) == float(engine.x.exp().sum())
+        assert engine.threads_in_batch >= before + 2  # the worker and its OpenMP thread
+        deadline = time.monotonic() + 10
+        while _os_threads() > before + 1 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert _os_threads() == before + 1  # the worker alone, waiting for work
+    finally:
+        engine.close()
