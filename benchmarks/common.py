@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import platform
 import statistics
@@ -9,6 +10,15 @@ import time
 from collections.abc import Callable
 
 import torch
+
+
+def setup_benchmark_logging() -> None:
+    """INFO progress lines from the benchmark itself, warnings only from the libraries, and the
+    hub off (nothing may be downloaded)."""
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
+    for noisy in ("faiss", "httpx", "ayo"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 
 def machine() -> str:

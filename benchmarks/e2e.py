@@ -28,7 +28,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from .common import machine, print_table
+from .common import machine, print_table, setup_benchmark_logging
 from .e2e_core import MODES, Plan, run_all
 from .e2e_report import HEADERS, plot_latency_vs_rate, table_rows, write_gantts, write_json
 
@@ -175,10 +175,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
-    for noisy in ("faiss", "httpx", "ayo"):
-        logging.getLogger(noisy).setLevel(logging.WARNING)
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    setup_benchmark_logging()
     args.out.mkdir(parents=True, exist_ok=True)
     plan = Plan(
         apps=tuple(a for a in args.apps.split(",") if a),
