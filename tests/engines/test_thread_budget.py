@@ -65,8 +65,10 @@ def test_plain_set_num_threads_is_undone_by_a_later_worker():
         torch.set_num_threads(before)
 
 
-def _os_threads() -> int:
-    return len(os.listdir("/proc/self/task"))
+def _os_threads() -> set[int]:
+    """The process's OS thread ids. Tests compare sets, not counts: threads that other tests
+    left behind may end at any moment and must not change what a test sees."""
+    return {int(tid) for tid in os.listdir("/proc/self/task")}
 
 
 needs_libgomp = pytest.mark.skipif(
@@ -86,16 +88,16 @@ def test_release_openmp_threads_ends_the_calling_threads_team():
         set_worker_threads(2)
         before = _os_threads()
         seen["first"] = x.exp().sum().item()
-        seen["with_team"] = _os_threads() - before
+        seen["team"] = _os_threads() - before
         release_openmp_threads()
-        seen["released"] = _os_threads() - before
+        seen["left"] = seen["team"] & _os_threads()
         seen["again"] = x.exp().sum().item()
 
     t = threading.Thread(target=work)
     t.start()
     t.join(30)
-    assert seen["with_team"] >= 1
-    assert seen["released"] == 0
+    assert len(seen["team"]) >= 1  # the OpenMP worker(s) started by the 2-thread op
+    assert seen["left"] == set()
     assert seen["again"] == seen["first"]
 
 
@@ -105,10 +107,12 @@ class _Exp(BatchingEngine[int, float]):
     def __init__(self) -> None:
         super().__init__("exp", BatchConfig(num_threads=2))
         self.x = torch.arange(1 << 20, dtype=torch.float64)
-        self.threads_in_batch = 0
+        self.worker_tid = 0
+        self.threads_in_batch: set[int] = set()
 
     def run_batch(self, requests: list[int]) -> list[float]:
         out = [float((self.x * r).exp().sum()) for r in requests]
+        self.worker_tid = threading.get_native_id()
         self.threads_in_batch = _os_threads()
         return out
 
@@ -125,10 +129,14 @@ def test_an_idle_worker_holds_no_openmp_team():
     try:
         before = _os_threads()
         assert asyncio.run(main()) == float(engine.x.exp().sum())
-        assert engine.threads_in_batch >= before + 2  # the worker and its OpenMP thread
+        started = engine.threads_in_batch - before
+        team = started - {engine.worker_tid}
+        assert engine.worker_tid in started
+        assert team, "the 2-thread batch started no OpenMP worker"
         deadline = time.monotonic() + 10
-        while _os_threads() > before + 1 and time.monotonic() < deadline:
+        while team & _os_threads() and time.monotonic() < deadline:
             time.sleep(0.01)
-        assert _os_threads() == before + 1  # the worker alone, waiting for work
+        assert team & _os_threads() == set()  # the team is gone
+        assert engine.worker_tid in _os_threads()  # the worker alone, waiting for work
     finally:
         engine.close()
