@@ -108,12 +108,18 @@ async def read_json(request: web.Request) -> dict[str, Any]:
     if not raw:
         raise bad_request("the request needs a JSON body")
     try:
-        body = json.loads(raw)
+        body = json.loads(raw, parse_constant=_no_constant)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise bad_request(f"malformed JSON body: {exc}") from None
+    except RecursionError:
+        raise bad_request("malformed JSON body: nested too deeply") from None
     if not isinstance(body, dict):
         raise bad_request(f"the JSON body must be an object, got {type(body).__name__}")
     return body
+
+
+def _no_constant(name: str) -> None:
+    raise bad_request(f"malformed JSON body: {name} is not a JSON number (numbers must be finite)")
 
 
 _TYPE_NAMES = {
@@ -160,10 +166,10 @@ def field(
 
 
 def number_in(value: float | None, name: str, low: float, high: float | None = None) -> None:
-    """400 unless ``low <= value (<= high)``; ``None`` passes."""
+    """400 unless ``low <= value (<= high)``; ``None`` passes, NaN does not."""
     if value is None:
         return
-    if value < low or (high is not None and value > high):
+    if not low <= value or (high is not None and not value <= high):
         bound = f">= {low}" if high is None else f"between {low} and {high}"
         raise bad_request(f"field {name!r} must be {bound}, got {value}")
 

@@ -94,6 +94,9 @@ def fit_sampling(llm: Any, prompt_lengths: Sequence[int], sampling: Sampling, li
         seed=sampling.seed,
         stop=sampling.stop,
         ignore_eos=sampling.ignore_eos,
+        repetition_penalty=sampling.repetition_penalty,
+        frequency_penalty=sampling.frequency_penalty,
+        presence_penalty=sampling.presence_penalty,
     )
 
 

@@ -1,11 +1,12 @@
 """Parsing OpenAI-style request bodies into typed requests (400 naming the field when wrong).
 
 Follows the OpenAI API where it is served (``max_tokens``/``max_completion_tokens``,
-``temperature`` default 1, ``stop`` string or list, ``stream_options.include_usage``); fields that
-would change the output but are not implemented (``n`` > 1, ``logprobs``, ``echo``, penalties,
-tools, ``logit_bias``) are refused with 400 rather than ignored. Unknown fields are ignored, as
-OpenAI-compatible servers do (clients send vendor extras). Extensions (as vLLM's server):
-``top_k`` and ``ignore_eos``.
+``temperature`` default 1, ``stop`` string or list, ``stream_options.include_usage``,
+``frequency_penalty`` and ``presence_penalty``); fields that would change the output but are not
+implemented (``n`` > 1, ``logprobs``, ``echo``, tools, ``logit_bias``) are refused with 400
+rather than ignored. Unknown fields are ignored, as OpenAI-compatible servers do (clients send
+vendor extras). Extensions (as vLLM's server): ``top_k``, ``ignore_eos`` and
+``repetition_penalty``.
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ from ayo.server.errors import ApiError, bad_request, field, not_found, number_in
 from ayo.server.state import ServerState
 
 MAX_STOP_STRINGS = 16
+MAX_SEED = 2**63 - 1  # torch generators take a signed 64-bit seed
+MAX_TOP_K = 1 << 20
 COMPLETIONS_DEFAULT_MAX_TOKENS = 16  # OpenAI's default for /v1/completions
 
 
@@ -32,6 +35,9 @@ class Sampling:
     seed: int | None
     stop: tuple[str, ...]
     ignore_eos: bool
+    repetition_penalty: float = 1.0
+    frequency_penalty: float = 0.0
+    presence_penalty: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -68,8 +74,18 @@ def parse_sampling(body: dict[str, Any], *, default_max_tokens: int | None) -> S
     if not 0 < top_p <= 1:
         raise bad_request(f"field 'top_p' must be in (0, 1], got {top_p}")
     top_k = field(body, "top_k", int, 0)
-    number_in(top_k, "top_k", -1)  # -1 (vLLM) and 0 both keep every token
+    number_in(top_k, "top_k", -1, MAX_TOP_K)  # -1 (vLLM) and 0 both keep every token
     seed = field(body, "seed", int, None)
+    number_in(seed, "seed", 0, MAX_SEED)
+    repetition_penalty = field(body, "repetition_penalty", float, 1.0)
+    if not 0 < repetition_penalty <= 2:
+        raise bad_request(
+            f"field 'repetition_penalty' must be in (0, 2] (1 = off), got {repetition_penalty}"
+        )
+    penalties = {}
+    for name in ("frequency_penalty", "presence_penalty"):
+        penalties[name] = field(body, name, float, 0.0)
+        number_in(penalties[name], name, -2.0, 2.0)
     return Sampling(
         max_tokens=max_tokens,
         temperature=temperature,
@@ -78,6 +94,8 @@ def parse_sampling(body: dict[str, Any], *, default_max_tokens: int | None) -> S
         seed=seed,
         stop=parse_stop(body),
         ignore_eos=field(body, "ignore_eos", bool, False),
+        repetition_penalty=repetition_penalty,
+        **penalties,
     )
 
 
@@ -101,10 +119,6 @@ def _refuse_unsupported(body: dict[str, Any]) -> None:
     best_of = field(body, "best_of", int, 1)
     if best_of != 1:
         raise bad_request(f"field 'best_of' must be 1, got {best_of}")
-    for name in ("frequency_penalty", "presence_penalty"):
-        value = field(body, name, float, 0.0)
-        if value != 0:
-            raise bad_request(f"field {name!r} is not supported (must be 0 or absent)")
     for name in ("logprobs", "top_logprobs", "echo", "suffix", "logit_bias", "tools", "functions"):
         value = body.get(name)
         if value not in (None, False, 0, "", [], {}):

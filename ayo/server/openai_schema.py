@@ -55,10 +55,38 @@ _SAMPLING = {
     "top_k": {
         "type": "integer",
         "minimum": -1,
+        "maximum": 1 << 20,
         "default": 0,
         "description": "extension: keep the k likeliest tokens (0 or -1: all)",
     },
-    "seed": {"type": ["integer", "null"], "description": "makes sampling reproducible"},
+    "seed": {
+        "type": ["integer", "null"],
+        "minimum": 0,
+        "maximum": 2**63 - 1,
+        "description": "makes sampling reproducible",
+    },
+    "frequency_penalty": {
+        "type": "number",
+        "minimum": -2,
+        "maximum": 2,
+        "default": 0,
+        "description": "subtracted from a token's logit once per earlier occurrence in the output",
+    },
+    "presence_penalty": {
+        "type": "number",
+        "minimum": -2,
+        "maximum": 2,
+        "default": 0,
+        "description": "subtracted from a token's logit if it occurred in the output",
+    },
+    "repetition_penalty": {
+        "type": "number",
+        "exclusiveMinimum": 0,
+        "maximum": 2,
+        "default": 1,
+        "description": "extension (transformers' rule): logits of tokens in the prompt or output "
+        "divided by it when positive, multiplied when negative; 1 is off",
+    },
     "stop": _STOP,
     "n": {"type": "integer", "enum": [1], "default": 1},
     "ignore_eos": {

@@ -7,12 +7,28 @@ import time
 import torch
 
 from .commands import Decode, Score
+from .config import SamplingParams
 from .detokenizer import IncrementalDetokenizer
 from .errors import InvalidRequest
 from .outputs import CandidateScore, DecodeEnd, DecodePiece
 from .runner import sample_tokens
 from .sequence import DecodeState, ScoreState, SeqStatus, Sequence
 from .stop import find_stop, held_back
+
+
+def apply_penalties(
+    logits: torch.Tensor, params: SamplingParams, token_ids: list[int], output_ids: list[int]
+) -> None:
+    """Penalize ``logits [V]`` in place for the tokens seen so far (see ``SamplingParams``):
+    ``token_ids`` the whole sequence (prompt and output), ``output_ids`` the output alone."""
+    if params.repetition_penalty != 1.0:
+        seen = torch.tensor(token_ids, dtype=torch.long).unique()
+        score = logits[seen]
+        p = params.repetition_penalty
+        logits[seen] = torch.where(score < 0, score * p, score / p)
+    if (params.frequency_penalty or params.presence_penalty) and output_ids:
+        ids, counts = torch.tensor(output_ids, dtype=torch.long).unique(return_counts=True)
+        logits[ids] -= params.frequency_penalty * counts.to(logits.dtype) + params.presence_penalty
 
 
 class DecodeMixin:
@@ -50,6 +66,9 @@ class DecodeMixin:
 
     def _sample(self, rows: list[tuple[Sequence, torch.Tensor]]) -> None:
         logits = torch.stack([r for _, r in rows])
+        for i, (seq, _) in enumerate(rows):
+            if seq.decode.params.penalized:
+                apply_penalties(logits[i], seq.decode.params, seq.token_ids, seq.decode.output_ids)
         tokens = sample_tokens(logits, [seq.decode for seq, _ in rows])
         now = time.perf_counter()
         self.counters["generated"] += len(tokens)

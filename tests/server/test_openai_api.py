@@ -50,6 +50,21 @@ async def test_models_list(client, server):
     assert set(ids) == set(server.state.model_ids)
 
 
+async def test_penalties_reach_the_engine(client, server):
+    kw = {"max_tokens": 24, "temperature": 0}
+    penalties = {"frequency_penalty": 1.5, "presence_penalty": 0.5}
+    reply = await client.completions.create(model=MODEL, prompt="One, two, one, two,", **kw,
+                                            **penalties)  # fmt: skip
+    ids = server.state.llm.encode("One, two, one, two,")
+    ref = engine_generate(server, ids, max_tokens=24, **penalties)
+    plain = engine_generate(server, ids, max_tokens=24)
+    assert reply.choices[0].text == ref.text and ref.token_ids != plain.token_ids
+    extra = {"repetition_penalty": 1.3}
+    reply = await client.completions.create(model=MODEL, prompt="One, two, one, two,", **kw,
+                                            extra_body=extra)  # fmt: skip
+    assert reply.choices[0].text == engine_generate(server, ids, max_tokens=24, **extra).text
+
+
 async def test_chat_equals_engine_greedy_with_usage(client, server):
     reply = await client.chat.completions.create(
         model=MODEL, messages=MESSAGES, max_tokens=12, temperature=0
@@ -196,6 +211,17 @@ async def test_app_model_runs_the_app(client, server):
         ("/v1/embeddings", {"model": EMBEDDER, "input": "a", "encoding_format": "hex"}, 400,
          "encoding_format"),
         ("/v1/chat/completions", b"{not json", 400, "JSON"),
+        # non-finite numbers (Python's parser takes them), out-of-range sampling fields, depth
+        ("/v1/chat/completions", b'{"model": "smollm2-135m-instruct", "messages": '
+         b'[{"role": "user", "content": "hi"}], "temperature": NaN}', 400, "NaN"),
+        ("/v1/completions", b'{"model": "x", "prompt": "x", "top_p": Infinity}', 400, "Infinity"),
+        ("/v1/completions", {"model": MODEL, "prompt": "x", "seed": 2**70}, 400, "'seed'"),
+        ("/v1/completions", {"model": MODEL, "prompt": "x", "seed": -1}, 400, "'seed'"),
+        ("/v1/completions", {"model": MODEL, "prompt": "x", "frequency_penalty": 3}, 400,
+         "frequency_penalty"),
+        ("/v1/completions", {"model": MODEL, "prompt": "x", "repetition_penalty": 0}, 400,
+         "repetition_penalty"),
+        ("/v1/chat/completions", b"[" * 100_000 + b"]" * 100_000, 400, "nested too deeply"),
     ],
 )  # fmt: skip
 async def test_errors(server_url, path, body, status, needle):
