@@ -4,7 +4,7 @@
 runs it. See DESIGN.md "Concepts" and "Runtime".
 """
 
-from .engine_api import DecodeParams
+from .engine_api import GREEDY, DecodeParams, Sampling
 from .errors import (
     CycleError,
     ExecutionError,
@@ -30,6 +30,7 @@ from .values import SKIPPED, Chunk, Doc, EndOfStream, SeqHandle
 
 __all__ = [
     "DEFAULT_PROFILES",
+    "GREEDY",
     "INPUT_ID",
     "MAP_FUNCTIONS",
     "OUTPUT_ID",
@@ -62,6 +63,7 @@ __all__ = [
     "PromptError",
     "QueryRun",
     "RegexTokenizer",
+    "Sampling",
     "SeqHandle",
     "StreamError",
     "Tokenizer",

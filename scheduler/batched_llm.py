@@ -17,6 +17,7 @@ adds no engine step and reorders nothing, and on an idle one it fills time the L
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
@@ -228,11 +229,13 @@ class BatchedLLM:
         self._busy[i] += 1  # from the start: a decode waiting for KV room keeps the LLM busy too
         try:
             await self._admit(i, raw, run)
-            async for piece in self.instances[i].decode(raw, params):
-                run.pieces += 1
-                if info is not None:
-                    info.query.decoded(info.facts.node_id, piece)
-                yield piece
+            # closed with this generator: a consumer that stops early ends the instance's too
+            async with contextlib.aclosing(self.instances[i].decode(raw, params)) as pieces:
+                async for piece in pieces:
+                    run.pieces += 1
+                    if info is not None:
+                        info.query.decoded(info.facts.node_id, piece)
+                    yield piece
             run.ok = True
         finally:
             self._decoded(i, run)
@@ -255,6 +258,23 @@ class BatchedLLM:
             run.pieces = len(pieces)
             self._decoded(i, run)
         return "".join(pieces)
+
+    async def score(self, seq: Any, candidates: list[str]) -> list[float]:
+        """The instance's ``score`` once the sequence's held tokens are computed (traced as
+        one record, like a decode)."""
+        i, raw = self._route(seq)
+        run = _DecodeRun(self._clock())
+        self._busy[i] += 1
+        try:
+            held = self._take(i, raw) if self._held else None
+            if held is not None:
+                await (held.future if held.future is not None else self._issue(i, held.request))
+            run.started = self._clock()
+            scores = await self.instances[i].score(raw, list(candidates))
+            run.ok, run.pieces = True, len(candidates)
+            return scores
+        finally:
+            self._decoded(i, run)
 
     async def _admit(self, i: int, raw: Any, run: _DecodeRun) -> None:
         """Before a decode: the sequence's held tokens computed, then room in the KV cache."""

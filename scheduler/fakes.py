@@ -79,9 +79,18 @@ class FakeLLM(_Delayed):
         if seq not in self._seqs:
             raise KeyError(f"unknown or closed sequence {seq}")
         text = self.answer(self.prompt_text(seq))
+        cuts = [i for i in (text.find(s) for s in params.stop) if i >= 0]
+        text = text[: min(cuts)] if cuts else text
         for start in range(0, min(len(text), 5 * params.max_tokens), 5):  # 5 characters a token
             await self._work()
             yield text[start : start + 5]
+
+    async def score(self, seq: int, candidates: list[str]) -> list[float]:
+        if seq not in self._seqs:
+            raise KeyError(f"unknown or closed sequence {seq}")
+        await self._work()
+        prompt = self.prompt_text(seq)
+        return [-_digest(self.name, prompt, c)[0] / 16 for c in candidates]
 
     async def close(self, seq: int) -> None:
         self._seqs.pop(seq, None)

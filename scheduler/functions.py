@@ -66,7 +66,9 @@ def _chunk_documents(config: Mapping[str, Any], documents: list[str]) -> list[Do
 
 
 def _format_docs(config: Mapping[str, Any], docs: list[Doc]) -> str:
-    return "\n".join(f"[{i + 1}] {d.text}" for i, d in enumerate(docs))
+    # Plain passages, a blank line apart: numbered ones ("[1] ...") made the 135M model answer
+    # with the numbers and lists of passages.
+    return "\n\n".join(d.text.strip() for d in docs)
 
 
 def _select_doc(config: Mapping[str, Any], docs: list[Doc]) -> str:
@@ -84,6 +86,28 @@ def _unique_docs(config: Mapping[str, Any], docs: list[Doc]) -> list[Doc]:
     return out
 
 
+RRF_K = 60  # reciprocal rank fusion's constant (Cormack et al. 2009; LlamaIndex's default)
+
+
+def _fuse_ranks(config: Mapping[str, Any], docs: list[Doc]) -> list[Doc]:
+    """Hits of several queries fused by reciprocal rank: a doc scores the sum of
+    ``1 / (RRF_K + rank + 1)`` over the lists it is in; one copy each, best first (ties: the
+    best rank it had, then its id, so the order never depends on the lists' arrival order);
+    the first ``limit`` of them when the config sets one."""
+    fused: dict[str, list] = {}
+    for d in docs:
+        entry = fused.get(d.id)
+        if entry is None:
+            fused[d.id] = [1.0 / (RRF_K + d.rank + 1), d.rank, d]
+        else:
+            entry[0] += 1.0 / (RRF_K + d.rank + 1)
+            entry[1] = min(entry[1], d.rank)
+    order = sorted(fused.values(), key=lambda e: (-e[0], e[1], e[2].id))
+    if config.get("limit"):
+        order = order[: int(config["limit"])]
+    return [Doc(d.id, d.text, round(score, 6), rank) for rank, (score, _, d) in enumerate(order)]
+
+
 def _attach_context(config: Mapping[str, Any], docs: list[Doc], contexts: list[str]) -> list[Doc]:
     if len(docs) != len(contexts):
         raise ValueError(f"{len(docs)} chunks but {len(contexts)} contexts")
@@ -92,6 +116,14 @@ def _attach_context(config: Mapping[str, Any], docs: list[Doc], contexts: list[s
 
 def _parse_yes_no(config: Mapping[str, Any], text: str) -> bool:
     return text.strip().lower().startswith("yes")
+
+
+def _first_probability(config: Mapping[str, Any], probs: tuple[float, ...]) -> float:
+    return float(probs[0])
+
+
+def _at_least(config: Mapping[str, Any], value: float) -> bool:
+    return float(value) >= float(config["threshold"])
 
 
 def _join_texts(config: Mapping[str, Any], a: str, b: str) -> str:
@@ -111,6 +143,7 @@ for _fn in (
     MapFn("format_docs", _format_docs, (Port("docs", DL),), T),
     MapFn("select_doc", _select_doc, (Port("docs", DL),), T),
     MapFn("unique_docs", _unique_docs, (Port("docs", DL),), DL, size=_same),
+    MapFn("fuse_ranks", _fuse_ranks, (Port("docs", DL),), DL, size=_same),
     MapFn(
         "attach_context",
         _attach_context,
@@ -127,8 +160,11 @@ for _fn in (
         item_port="docs",
         size=_same,
     ),
+    MapFn("doc_ids", lambda config, docs: [d.id for d in docs], (Port("docs", DL),), TL),
     MapFn("parse_yes_no", _parse_yes_no, (Port("text", T),), PortType.BOOL),
     MapFn("empty_text", lambda config, value: "", (Port("value", PortType.ANY),), T),
     MapFn("join_texts", _join_texts, (Port("a", T), Port("b", T)), T),
+    MapFn("first_probability", _first_probability, (Port("probs", PortType.ANY),), PortType.ANY),
+    MapFn("at_least", _at_least, (Port("value", PortType.ANY),), PortType.BOOL),
 ):
     register_map(_fn)

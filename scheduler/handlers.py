@@ -8,8 +8,11 @@ chunk, with the item port holding that chunk's items, so streamed and whole runs
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import dataclasses
 import functools
 import logging
+import math
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any
 
@@ -17,9 +20,9 @@ from .engine_api import DecodeParams
 from .functions import get_map
 from .graph import Node
 from .ops import Op
-from .parsers import ItemParser, parse_items
+from .parsers import ItemParser, SentenceLimit
 from .prompt import Prompt
-from .values import SKIPPED, SeqHandle
+from .values import SKIPPED, Doc, SeqHandle
 
 logger = logging.getLogger(__name__)
 
@@ -146,35 +149,65 @@ async def _decode_text(ctx: QueryContext, handle: SeqHandle, params: DecodeParam
 
 async def _decode(node: Node, inputs: dict[str, Any], ctx: QueryContext) -> dict[str, Any]:
     cfg = node.config
-    params = _params(cfg["max_tokens"])
+    params = cfg["params"]
     if cfg.get("item_port"):
         texts = await asyncio.gather(*(_decode_text(ctx, h, params) for h in inputs["seqs"]))
         return {"texts": list(texts)}
-    text = await _decode_text(ctx, inputs["seq"], params)
+    if cfg["parse"] == "text" and cfg.get("max_sentences"):
+        return {"text": await _decode_sentences(ctx, inputs["seq"], params, cfg["max_sentences"])}
     if cfg["parse"] == "text":
-        return {"text": text}
-    return {"items": parse_items(text, cfg["parse"], cfg["max_items"])}
+        return {"text": await _decode_text(ctx, inputs["seq"], params)}
+    return {"items": [item async for item in partial_decode_items(node, inputs, ctx)]}
 
 
-@functools.lru_cache(maxsize=256)
-def _params(max_tokens: int) -> DecodeParams:
-    return DecodeParams(max_tokens=max_tokens)
+async def _decode_sentences(
+    ctx: QueryContext, handle: SeqHandle, params: DecodeParams, max_sentences: int
+) -> str:
+    """The decoded text, ended (sequence closed, blocks freed) after ``max_sentences``."""
+    limit = SentenceLimit(max_sentences)
+    try:
+        pieces = ctx.engines[handle.engine].decode(handle.seq, params)
+        async with contextlib.aclosing(pieces):
+            async for piece in pieces:
+                limit.feed(_text(piece))
+                if limit.done:
+                    break
+    finally:
+        await ctx.close_seq(handle.engine, handle.seq)
+    return limit.text
 
 
 async def partial_decode_items(
     node: Node, inputs: dict[str, Any], ctx: QueryContext
 ) -> AsyncIterator[str]:
-    """PartialDecode: yield each list item as soon as the parser sees it complete."""
+    """PartialDecode: yield each list item as soon as the parser sees it complete. The decode
+    ends (its sequence closed, its blocks freed) once ``max_items`` items are out. Decode with
+    a list parse runs this too, so both give the same items."""
     llm, cfg, handle = ctx.engine(node), node.config, inputs["seq"]
     parser = ItemParser(cfg["parse"], cfg["max_items"])
     try:
-        async for piece in llm.decode(handle.seq, DecodeParams(max_tokens=cfg["max_tokens"])):
-            for item in parser.feed(_text(piece)):
-                yield item
+        async with contextlib.aclosing(llm.decode(handle.seq, cfg["params"])) as pieces:
+            async for piece in pieces:
+                for item in parser.feed(_text(piece)):
+                    yield item
+                if parser.full:
+                    return
         for item in parser.finish():
             yield item
     finally:
         await ctx.close_seq(handle.engine, handle.seq)
+
+
+async def _score(node: Node, inputs: dict[str, Any], ctx: QueryContext) -> dict[str, Any]:
+    llm, handle = ctx.engine(node), inputs["seq"]
+    try:
+        logprobs = await llm.score(handle.seq, list(node.config["options"]))
+    finally:
+        await ctx.close_seq(handle.engine, handle.seq)
+    top = max(logprobs)
+    weights = [math.exp(lp - top) for lp in logprobs]
+    total = sum(weights)
+    return {"probs": tuple(w / total for w in weights)}
 
 
 async def _embed(node: Node, inputs: dict[str, Any], ctx: QueryContext) -> dict[str, Any]:
@@ -205,14 +238,23 @@ async def _search(node: Node, inputs: dict[str, Any], ctx: QueryContext) -> dict
     if not inputs["vectors"]:
         return {"docs": []}
     hits = await ctx.engine(node).search(collection, list(inputs["vectors"]), node.config["k"])
-    return {"docs": [d for per_query in hits for d in per_query]}
+    return {"docs": _ranked(hits)}
 
 
 async def _keyword_search(node: Node, inputs: dict[str, Any], ctx: QueryContext) -> dict[str, Any]:
     if not inputs["queries"]:
         return {"docs": []}
     hits = await ctx.engine(node).search(list(inputs["queries"]), node.config["k"])
-    return {"docs": [d for per_query in hits for d in per_query]}
+    return {"docs": _ranked(hits)}
+
+
+def _ranked(hits: list[list[Doc]]) -> list[Doc]:
+    """Each query's hits in order, with their rank in that query's list, concatenated."""
+    return [
+        d if d.rank == r else dataclasses.replace(d, rank=r)
+        for per_query in hits
+        for r, d in enumerate(per_query)
+    ]
 
 
 async def _rerank(node: Node, inputs: dict[str, Any], ctx: QueryContext) -> dict[str, Any]:
@@ -276,6 +318,7 @@ HANDLERS: dict[Op, Handler] = {
     Op.PARTIAL_PREFILL: _partial_prefill,
     Op.FULL_PREFILL: _full_prefill,
     Op.DECODE: _decode,
+    Op.SCORE: _score,
     Op.EMBED: _embed,
     Op.INGEST: _ingest,
     Op.SEARCH: _search,

@@ -21,6 +21,7 @@ class Op(str, Enum):
     FULL_PREFILL = "FullPrefill"
     DECODE = "Decode"
     PARTIAL_DECODE = "PartialDecode"
+    SCORE = "Score"
     CONDITION = "Condition"
     AGGREGATE = "Aggregate"
     MAP = "Map"
@@ -59,6 +60,7 @@ _INFO: dict[Op, OpInfo] = {
     Op.FULL_PREFILL: OpInfo("llm", True),
     Op.DECODE: OpInfo("llm", True),
     Op.PARTIAL_DECODE: OpInfo("llm", True),
+    Op.SCORE: OpInfo("llm", True),
     Op.CONDITION: OpInfo("", False),
     Op.AGGREGATE: OpInfo("", False),
     Op.MAP: OpInfo("", False),

@@ -11,6 +11,7 @@ import re
 
 _MARKER = re.compile(r"^\s*(?:[-*•]|\d+[.)])\s+")
 _DECODER = json.JSONDecoder()
+_EDGE = " \t.,;:!?\"'()[]"
 
 
 class ItemParser:
@@ -18,7 +19,9 @@ class ItemParser:
 
     ``mode`` "lines": one item per non-empty line, list markers ("- ", "1. ") removed.
     ``mode`` "json": the items of a JSON array of strings (other scalars become their text).
-    At most ``max_items`` items are returned in total (0 means no limit).
+    An item equal to an earlier one (ignoring case, spaces and punctuation around it) or
+    empty once list markers are removed is dropped. At most ``max_items`` items are returned
+    in total (0 means no limit).
     """
 
     def __init__(self, mode: str, max_items: int = 0) -> None:
@@ -29,6 +32,7 @@ class ItemParser:
         self._buf = ""
         self._pos = 0
         self._emitted = 0
+        self._seen: set[str] = set()
         self._closed = False
 
     def feed(self, delta: str) -> list[str]:
@@ -37,16 +41,27 @@ class ItemParser:
         items = self._lines(final=False) if self.mode == "lines" else self._json()
         return self._limit(items)
 
+    @property
+    def full(self) -> bool:
+        """``max_items`` items are out: nothing more will be returned."""
+        return bool(self.max_items) and self._emitted >= self.max_items
+
     def finish(self) -> list[str]:
         """No more text: return the last items (a final line without a newline)."""
         items = self._lines(final=True) if self.mode == "lines" else []
         return self._limit(items)
 
     def _limit(self, items: list[str]) -> list[str]:
+        fresh = []
+        for item in items:
+            key = " ".join(item.lower().split()).strip(_EDGE)
+            if key and key not in self._seen:
+                self._seen.add(key)
+                fresh.append(item)
         if self.max_items:
-            items = items[: max(0, self.max_items - self._emitted)]
-        self._emitted += len(items)
-        return items
+            fresh = fresh[: max(0, self.max_items - self._emitted)]
+        self._emitted += len(fresh)
+        return fresh
 
     def _lines(self, final: bool) -> list[str]:
         parts = self._buf.split("\n")
@@ -79,6 +94,38 @@ class ItemParser:
             items.append(value if isinstance(value, str) else json.dumps(value))
             self._pos = end
         return items
+
+
+_SENTENCE_END = re.compile(r"[.!?][\"')\]]*\s")
+
+
+class SentenceLimit:
+    """Feed text deltas; :attr:`text` is the text so far, cut after the ``max_sentences``-th
+    sentence once it is complete (its end mark followed by a space or a newline), and
+    :attr:`done` says so. A cut never falls inside a number ("3.5") or a closing quote."""
+
+    def __init__(self, max_sentences: int) -> None:
+        if max_sentences < 1:
+            raise ValueError(f"max_sentences must be >= 1, got {max_sentences}")
+        self.max_sentences = max_sentences
+        self.text = ""
+        self.done = False
+        self._ends = 0
+        self._scanned = 0
+
+    def feed(self, delta: str) -> None:
+        if self.done:
+            return
+        self.text += delta
+        # rescan one character back: an end mark at the old end waits for what follows it
+        for m in _SENTENCE_END.finditer(self.text, max(0, self._scanned - 8)):
+            if m.end() <= self._scanned:
+                continue
+            self._ends += 1
+            if self._ends >= self.max_sentences:
+                self.text, self.done = self.text[: m.end() - 1], True
+                return
+        self._scanned = len(self.text)
 
 
 def parse_items(text: str, mode: str, max_items: int = 0) -> list[str]:

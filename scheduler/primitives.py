@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from .engine_api import GREEDY, DecodeParams, Sampling
 from .errors import PlanError
 from .functions import get_map
 from .graph import INPUT_ID, OUTPUT_ID, FrozenConfig, Node
@@ -136,16 +137,30 @@ def decode(
     max_items: int = 0,
     over_list: bool = False,
     module: str = "",
+    stop: tuple[str, ...] = (),
+    sampling: Sampling = GREEDY,
+    max_sentences: int = 0,
 ) -> Node:
     """A sequence -> its generated text (``parse`` "text") or the list items it writes
-    ("lines", "json"; at most ``max_items`` when > 0). ``over_list``: SeqList -> TextList."""
+    ("lines", "json"; at most ``max_items`` when > 0: the decode ends once it has written
+    them). ``over_list``: SeqList -> TextList. Generation stops at ``max_tokens``, the model's
+    end-of-turn token, a ``stop`` string or (``parse`` "text") after ``max_sentences`` sentences
+    when > 0, choosing tokens by ``sampling``."""
     if max_tokens < 1:
         raise PlanError(f"Decode max_tokens must be >= 1, got {max_tokens}", node=node_id)
+    try:
+        params = DecodeParams(max_tokens, tuple(stop), sampling)
+    except ValueError as exc:
+        raise PlanError(f"Decode: {exc}", node=node_id) from None
     if parse not in DECODE_PARSE:
         raise PlanError(f"Decode parse must be one of {DECODE_PARSE}, got {parse!r}", node=node_id)
+    if max_sentences < 0 or (max_sentences and parse != "text"):
+        raise PlanError("Decode max_sentences must be >= 0, with parse 'text'", node=node_id)
     if over_list and parse != "text":
         raise PlanError("Decode over a list of sequences returns one text each", node=node_id)
-    cfg = {"max_tokens": max_tokens, "parse": parse, "max_items": max_items}
+    cfg = {"max_tokens": max_tokens, "parse": parse, "max_items": max_items, "params": params}
+    if max_sentences:
+        cfg["max_sentences"] = max_sentences
     if over_list:
         return Node(
             node_id,
@@ -158,6 +173,23 @@ def decode(
         )
     out = Port("text", T) if parse == "text" else Port("items", TL)
     return Node(node_id, Op.DECODE, engine, FrozenConfig(cfg), (Port("seq", SEQ),), (out,), module)
+
+
+def score(node_id: str, engine: str, options: tuple[str, ...], module: str = "") -> Node:
+    """A sequence -> ``probs``: the probability of each option as the continuation of the
+    sequence, normalized over the options (one prefill of each option, no decode)."""
+    options = tuple(options)
+    if len(options) < 2 or any(not isinstance(o, str) or not o for o in options):
+        raise PlanError(f"Score needs two or more non-empty options, got {options!r}", node=node_id)
+    return Node(
+        node_id,
+        Op.SCORE,
+        engine,
+        FrozenConfig(options=options),
+        (Port("seq", SEQ),),
+        (Port("probs", PortType.ANY),),
+        module,
+    )
 
 
 def condition(node_id: str, value_type: PortType, module: str = "") -> Node:

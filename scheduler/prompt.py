@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 import string
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -12,9 +12,18 @@ from .errors import PromptError
 
 
 class Tokenizer(Protocol):
-    """Turns text into token ids without adding special tokens (no BOS per call)."""
+    """Turns text into token ids without adding special tokens (no BOS per call).
+
+    A tokenizer of a chat model may also have ``render_chat(messages) -> str | None``: the
+    messages (``[{"role", "content"}]``) in the model's chat template, ending where the
+    assistant's answer begins; None when the model has no template (a base model).
+    """
 
     def encode(self, text: str) -> list[int]: ...
+
+
+ROLES = ("system", "user", "assistant")
+_SENTINEL = "\ue000{}\ue001"  # private-use characters: no chat template or text contains them
 
 
 @dataclass(frozen=True)
@@ -23,27 +32,74 @@ class Prompt:
 
     Placeholders are ``{name}`` with a Python identifier; ``{{`` and ``}}`` are literal braces.
     Format specs and conversions are rejected so rendering is plain substitution.
+
+    A chat prompt (:meth:`chat`) also keeps its ``messages``: the plan compiler renders them
+    with the model's chat template (:meth:`for_model`) before any pass reads the template;
+    ``template`` is then their plain-text form, what a base model (no template) gets.
     """
 
     template: str
+    messages: tuple[tuple[str, str], ...] = ()
     placeholders: tuple[str, ...] = field(init=False)
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "placeholders", _parse(self.template))
+        for role, text in self.messages:
+            if role not in ROLES:
+                raise PromptError(f"message role must be one of {ROLES}, got {role!r}")
+            _parse(text)
+
+    @classmethod
+    def chat(cls, user: str, *, system: str = "", assistant: str = "") -> Prompt:
+        """A prompt of chat messages: an optional ``system`` instruction, the ``user`` turn and
+        an optional start of the ``assistant``'s answer, each a template with placeholders.
+        Keep what arrives late (retrieved ``{context}``) after what is known at once (the
+        question), so the early part stays a prefix that the prefill split computes ahead."""
+        messages = [("system", system)] if system else []
+        messages.append(("user", user))
+        plain = [system, user] if system else [user]
+        plain.append(assistant)
+        return cls(
+            "\n".join(plain), tuple(messages) + ((("assistant", assistant),) if assistant else ())
+        )
+
+    def for_model(self, render_chat: Callable[[list[dict[str, str]]], str | None] | None) -> Prompt:
+        """This prompt as the model reads it: a chat prompt's messages rendered with
+        ``render_chat`` (a tokenizer's, see :class:`Tokenizer`), placeholders kept; the plain
+        ``template`` when there is no renderer or the model has no chat template. A prompt
+        without messages is returned as it is."""
+        if not self.messages:
+            return self
+        plain = Prompt(self.template)
+        if render_chat is None:
+            return plain
         names: list[str] = []
-        try:
-            parsed = list(string.Formatter().parse(self.template))
-        except ValueError as exc:
-            raise PromptError(f"malformed prompt template: {exc}") from None
-        for _, name, spec, conv in parsed:
-            if name is None:
-                continue
-            if not name.isidentifier():
-                raise PromptError(f"placeholder {{{name}}} must be an identifier")
-            if spec or conv:
-                raise PromptError(f"placeholder {{{name}}} may not have a format spec")
-            if name not in names:
-                names.append(name)
-        object.__setattr__(self, "placeholders", tuple(names))
+
+        def mark(text: str) -> str:
+            out = []
+            for literal, name, _, _ in string.Formatter().parse(text):
+                out.append(literal)
+                if name is not None:
+                    if name not in names:
+                        names.append(name)
+                    out.append(_SENTINEL.format(names.index(name)))
+            return "".join(out)
+
+        turns = [(r, mark(t)) for r, t in self.messages]
+        prefix = turns.pop()[1] if turns[-1][0] == "assistant" else ""
+        rendered = render_chat([{"role": r, "content": t} for r, t in turns])
+        if rendered is None:
+            return plain
+        template = (rendered + prefix).replace("{", "{{").replace("}", "}}")
+        for i, name in enumerate(names):
+            template = template.replace(_SENTINEL.format(i), "{" + name + "}")
+        formatted = Prompt(template)
+        if set(formatted.placeholders) != set(names):
+            raise PromptError(
+                "the chat template dropped or repeated a placeholder "
+                f"(had {names}, rendered {list(formatted.placeholders)})"
+            )
+        return formatted
 
     def check_bindings(self, bound: set[str] | Mapping[str, object], *, node: str = "") -> None:
         """Raise PromptError naming any placeholder not in ``bound`` or any bound name unused."""
@@ -89,6 +145,25 @@ class Prompt:
         """The literal text of the template before ``offset``, placeholders removed."""
         head = self.template[:offset]
         return "".join(lit for lit, _, _, _ in string.Formatter().parse(head))
+
+
+def _parse(template: str) -> tuple[str, ...]:
+    """The placeholder names of ``template`` in order of first use (checked)."""
+    names: list[str] = []
+    try:
+        parsed = list(string.Formatter().parse(template))
+    except ValueError as exc:
+        raise PromptError(f"malformed prompt template: {exc}") from None
+    for _, name, spec, conv in parsed:
+        if name is None:
+            continue
+        if not name.isidentifier():
+            raise PromptError(f"placeholder {{{name}}} must be an identifier")
+        if spec or conv:
+            raise PromptError(f"placeholder {{{name}}} may not have a format spec")
+        if name not in names:
+            names.append(name)
+    return tuple(names)
 
 
 class RegexTokenizer:

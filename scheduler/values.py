@@ -8,11 +8,13 @@ from typing import Any, NamedTuple
 
 @dataclass(frozen=True)
 class Doc:
-    """A retrieved or ingested passage."""
+    """A retrieved or ingested passage. ``rank``: its place (0 = best) in the hits of the query
+    that found it, so hits of several queries can be fused by rank."""
 
     id: str
     text: str
     score: float = 0.0
+    rank: int = 0
 
 
 class SeqHandle(NamedTuple):

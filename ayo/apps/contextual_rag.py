@@ -15,11 +15,10 @@ from ayo.workflow import (
 )
 
 from .base import AppTemplate
-from .rag import ANSWER
+from .rag import ANSWER, ANSWER_TOKENS, MAX_SENTENCES, STOP
 
-CONTEXT = Prompt(
-    "Here is a chunk of a document. Write one short sentence that situates this chunk within the "
-    "document, to improve search retrieval of the chunk.\nChunk: {chunk}\nContext:"
+CONTEXT = Prompt.chat(
+    "Write one short sentence that says what this passage is about.\nPassage: {chunk}"
 )
 
 
@@ -32,7 +31,16 @@ def build_contextual_rag(shape: InputShape) -> Workflow:
     )
     hits = wf.add(Search("retrieval", query=question, k=32, collection=index["collection"]))
     best = wf.add(Rerank("rerank", query=question, docs=hits["docs"], top_k=3))
-    answer = wf.add(Synthesis("synthesis", ANSWER, {"question": question, "context": best["docs"]}))
+    answer = wf.add(
+        Synthesis(
+            "synthesis",
+            ANSWER,
+            {"question": question, "context": best["docs"]},
+            max_tokens=ANSWER_TOKENS,
+            stop=STOP,
+            max_sentences=MAX_SENTENCES,
+        )
+    )
     wf.output("answer", answer["answer"])
     return wf.build()
 

@@ -5,8 +5,10 @@ from __future__ import annotations
 from ayo.scheduler import PortType, Prompt
 from ayo.workflow import (
     TEMP,
+    Aggregate,
     Indexing,
     InputShape,
+    Map,
     PortRef,
     QueryExpansion,
     Rerank,
@@ -18,19 +20,32 @@ from ayo.workflow import (
 
 from .base import AppTemplate
 
-SYSTEM = (
-    "You are a careful assistant that answers questions using only the provided context. "
-    "If the context does not contain the answer, say that you do not know. Be brief.\n"
+# Chat prompts for small instruct models: one short instruction, the passages, then the
+# question last. Measured on benchmarks.quality's questions with SmolLM2-135M, the question
+# after the context answers more of them correctly than the question first (the order that
+# would let the prefill split compute the question ahead of retrieval), so quality wins; the
+# static start of each prompt is shared through the prefix cache instead.
+SYSTEM = "Answer the question with the facts in the context. Reply in one or two sentences."
+ANSWER = Prompt.chat("Context:\n{context}\n\nQuestion: {question}", system=SYSTEM)
+EXPAND = Prompt.chat(
+    "Write three short web search queries for this question, one per line, without numbers."
+    "\nQuestion: {question}"
 )
-ANSWER = Prompt(SYSTEM + "Question: {question}\nContext:\n{context}\nAnswer:")
-EXPAND = Prompt(
-    "Write three different search queries that would help answer the question below, "
-    "one query per line, without numbering.\nQuestion: {question}\nQueries:\n"
+REFINE = Prompt.chat(
+    "Context:\n{context}\n\nQuestion: {question}\nDraft answer: {answer}\n\n"
+    "Correct or complete the draft answer with the context. Reply with the answer only.",
+    system=SYSTEM,
 )
-REFINE = Prompt(
-    SYSTEM + "Question: {question}\nNew context:\n{context}\nExisting answer: {answer}\n"
-    "Refine the existing answer with the new context if it helps; otherwise repeat it.\nAnswer:"
-)
+# Answers stop at a blank line, at an invented next turn or after two sentences, whichever
+# comes first (small models otherwise go on with "Question: ..." pairs or restate the answer).
+STOP = ("\n\n", "\nQuestion:", "\nContext:")
+MAX_SENTENCES = 2
+ANSWER_TOKENS = 96  # a ceiling: answers end at two sentences first
+NAIVE_K = 2  # passages one answer reads: measured better than 3 for the 135M model
+# advanced_rag reranks the first 12 fused candidates: on the quality questions, reranking 8,
+# 12, 16 or 24 of them put the gold article in the top 3 equally often, at a fraction of the
+# embedding work of all ~50.
+RERANK_CANDIDATES = 12
 
 
 def _collection(wf: WorkflowBuilder, shape: InputShape) -> str | PortRef:
@@ -45,19 +60,40 @@ def build_naive_rag(shape: InputShape) -> Workflow:
     wf = WorkflowBuilder("naive_rag")
     question = wf.input("question")
     collection = _collection(wf, shape)
-    hits = wf.add(Search("retrieval", query=question, k=3, collection=collection))
-    answer = wf.add(Synthesis("synthesis", ANSWER, {"question": question, "context": hits["docs"]}))
+    hits = wf.add(Search("retrieval", query=question, k=NAIVE_K, collection=collection))
+    answer = wf.add(
+        Synthesis(
+            "synthesis",
+            ANSWER,
+            {"question": question, "context": hits["docs"]},
+            max_tokens=ANSWER_TOKENS,
+            stop=STOP,
+            max_sentences=MAX_SENTENCES,
+        )
+    )
     wf.output("answer", answer["answer"])
+    wf.output("sources", _ids(wf, "sources", hits["docs"]))
     return wf.build()
+
+
+def _ids(wf: WorkflowBuilder, name: str, docs: PortRef) -> PortRef:
+    """The ids of ``docs`` (the passages an answer was written from), for the query's output."""
+    return wf.add(Map(name, "doc_ids", {"docs": docs}))["value"]
 
 
 def build_advanced_rag(shape: InputShape) -> Workflow:
     wf = WorkflowBuilder("advanced_rag")
     question = wf.input("question")
     collection = _collection(wf, shape)
+    # The question is searched as well as its expansions and the hit lists are fused by rank,
+    # so a poor expansion can add candidates but never push out what the question finds.
+    asked = wf.add(Search("retrieval_question", query=question, k=16, collection=collection))
     queries = wf.add(QueryExpansion("expansion", EXPAND, {"question": question}, n=3))
-    hits = wf.add(Search("retrieval", query=queries["queries"], k=16, collection=collection))
-    best = wf.add(Rerank("rerank", query=question, docs=hits["docs"], top_k=3))
+    expanded = wf.add(Search("retrieval", query=queries["queries"], k=16, collection=collection))
+    hits = wf.add(Aggregate("hits", a=asked["docs"], b=expanded["docs"], mode="merge"))
+    best = wf.add(
+        Rerank("rerank", query=question, docs=hits["value"], top_k=3, candidates=RERANK_CANDIDATES)
+    )
     answer = wf.add(
         Synthesis(
             "synthesis",
@@ -66,22 +102,27 @@ def build_advanced_rag(shape: InputShape) -> Workflow:
             mode="refine",
             steps=3,
             refine_prompt=REFINE,
+            max_tokens=ANSWER_TOKENS,
+            stop=STOP,
+            max_sentences=MAX_SENTENCES,
         )
     )
     wf.output("answer", answer["answer"])
+    wf.output("sources", _ids(wf, "sources", best["docs"]))
     return wf.build()
 
 
 NAIVE_RAG = AppTemplate(
     "naive_rag",
-    "embed the question (and index given documents), search top 3, one-shot answer",
+    "embed the question (and index given documents), search top 2, one-shot answer",
     ("question",),
     ("documents",),
     build_naive_rag,
 )
 ADVANCED_RAG = AppTemplate(
     "advanced_rag",
-    "expand to 3 queries, search 16 each, rerank to top 3, refine answer over them",
+    "expand to 3 queries, search them and the question 16 each, fuse, rerank to top 3, refine "
+    "the answer over them",
     ("question",),
     ("documents",),
     build_advanced_rag,

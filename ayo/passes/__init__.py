@@ -9,6 +9,7 @@ from __future__ import annotations
 from ayo.scheduler import Plan
 from ayo.workflow import Workflow, lower
 
+from .chat import format_prompts
 from .decode_pipeline import decode_pipelining
 from .manager import CompileContext, Pass, PassManager
 from .prefill_split import prefill_split
@@ -26,11 +27,13 @@ DEFAULT_PASSES: tuple[Pass, ...] = (
 def compile_workflow(
     workflow: Workflow, ctx: CompileContext | None = None, optimize: bool = True
 ) -> Plan:
-    """The plan for ``workflow``: unoptimized (module by module) or optimized."""
-    plan = lower(workflow)
+    """The plan for ``workflow``: unoptimized (module by module) or optimized. Either way its
+    prompts are in the model's format (chat templates rendered, see ``chat.py``)."""
+    ctx = ctx or CompileContext()
+    plan = format_prompts(lower(workflow), ctx)
     if not optimize:
         return plan
-    return PassManager(DEFAULT_PASSES).run(plan, ctx or CompileContext())
+    return PassManager(DEFAULT_PASSES).run(plan, ctx)
 
 
 __all__ = [

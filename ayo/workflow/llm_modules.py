@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from ayo.scheduler import PlanError, PortType, Prompt
+from ayo.scheduler import GREEDY, PlanError, PortType, Prompt, Sampling
 from ayo.scheduler import primitives as P
 
 from .core import Module, PortRef, freeze_bindings
@@ -24,8 +24,32 @@ def llm_call(
     max_tokens: int,
     parse: str = "text",
     max_items: int = 0,
+    stop: tuple[str, ...] = (),
+    sampling: Sampling = GREEDY,
+    max_sentences: int = 0,
 ) -> Source:
     """Prefill ``prompt`` with ``sources`` (DocList sources are formatted first), then Decode."""
+    pre = prefill_prompt(b, tag, prompt, sources, llm)
+    dec = b.add(
+        P.decode(
+            f"{b.module}.decode{tag}",
+            llm,
+            max_tokens,
+            parse=parse,
+            max_items=max_items,
+            stop=stop,
+            sampling=sampling,
+            max_sentences=max_sentences,
+        )
+    )
+    b.wire(pre, dec, "seq")
+    return b.out(dec)
+
+
+def prefill_prompt(
+    b: Lowering, tag: str, prompt: Prompt, sources: Mapping[str, Source], llm: str
+) -> Source:
+    """A Prefill of ``prompt`` with ``sources`` (DocList sources are formatted first)."""
     pre = b.add(P.prefill(f"{b.module}.prefill{tag}", llm, prompt))
     for name in prompt.placeholders:
         source = sources[name]
@@ -34,11 +58,7 @@ def llm_call(
             b.wire(source, fmt, "docs")
             source = b.out(fmt)
         b.wire(source, pre, name)
-    dec = b.add(
-        P.decode(f"{b.module}.decode{tag}", llm, max_tokens, parse=parse, max_items=max_items)
-    )
-    b.wire(b.out(pre), dec, "seq")
-    return b.out(dec)
+    return b.out(pre)
 
 
 class _LLMModule(Module):
@@ -66,7 +86,8 @@ class _LLMModule(Module):
 
 @dataclass(frozen=True)
 class QueryExpansion(_LLMModule):
-    """An LLM writes up to ``n`` queries, one per line (``parse="lines"``) or as a JSON array."""
+    """An LLM writes up to ``n`` queries, one per line (``parse="lines"``) or as a JSON array;
+    the decode ends once the ``n``-th is complete. Output ``queries`` (TextList)."""
 
     id: str
     prompt: Prompt
@@ -75,6 +96,8 @@ class QueryExpansion(_LLMModule):
     llm: str = "llm"
     max_tokens: int = 64
     parse: str = "lines"
+    stop: tuple[str, ...] = ()
+    sampling: Sampling = GREEDY
 
     def __post_init__(self) -> None:
         self._freeze()
@@ -90,32 +113,55 @@ class QueryExpansion(_LLMModule):
     def lower(self, b: Lowering) -> dict[str, Source]:
         return {
             "queries": llm_call(
-                b, "", self.prompt, self._sources(b), self.llm, self.max_tokens, self.parse, self.n
+                b,
+                "",
+                self.prompt,
+                self._sources(b),
+                self.llm,
+                self.max_tokens,
+                self.parse,
+                self.n,
+                self.stop,
+                self.sampling,
             )
         }
 
 
 @dataclass(frozen=True)
 class Judge(_LLMModule):
-    """An LLM answers yes or no; output ``decision`` (Bool) is true when the text starts with yes."""
+    """An LLM decides between ``options`` (default "Yes" / "No") by their probabilities as the
+    start of its answer (a Score primitive: one prefill of each option, no decode). Output
+    ``decision`` (Bool): the first option's share of the options' probability is at least
+    ``threshold``; ``probability``: that share."""
 
     id: str
     prompt: Prompt
     bind: tuple[tuple[str, PortRef], ...]
     llm: str = "llm"
-    max_tokens: int = 8
+    options: tuple[str, ...] = ("Yes", "No")
+    threshold: float = 0.5
 
     def __post_init__(self) -> None:
         self._freeze()
+        if len(self.options) < 2 or not 0 <= self.threshold <= 1:
+            raise PlanError(
+                f"a judge needs two or more options and a threshold in [0, 1], got "
+                f"{self.options!r} and {self.threshold}",
+                node=self.id,
+            )
 
     def output_types(self, types: Mapping[str, PortType]) -> dict[str, PortType]:
-        return {"decision": B}
+        return {"decision": B, "probability": PortType.ANY}
 
     def lower(self, b: Lowering) -> dict[str, Source]:
-        text = llm_call(b, "", self.prompt, self._sources(b), self.llm, self.max_tokens)
-        parse = b.add(P.map_node(f"{self.id}.parse", "parse_yes_no"))
-        b.wire(text, parse, "text")
-        return {"decision": b.out(parse)}
+        pre = prefill_prompt(b, "", self.prompt, self._sources(b), self.llm)
+        score = b.add(P.score(f"{self.id}.score", self.llm, self.options))
+        b.wire(pre, score, "seq")
+        first = b.add(P.map_node(f"{self.id}.probability", "first_probability"))
+        b.wire(b.out(score), first, "probs")
+        decide = b.add(P.map_node(f"{self.id}.decide", "at_least", threshold=self.threshold))
+        b.wire(b.out(first), decide, "value")
+        return {"decision": b.out(decide), "probability": b.out(first)}
 
 
 @dataclass(frozen=True)
@@ -124,7 +170,8 @@ class Synthesis(_LLMModule):
     first ``steps`` docs of ``context`` (a DocList): the first call uses ``prompt``, each next one
     ``refine_prompt`` with the previous ``{answer}``. ``tree``: one ``prompt`` call per doc, then
     pairs of answers are merged with ``combine_prompt`` (``{answers}``) until one is left.
-    Output ``answer`` (Text)."""
+    Output ``answer`` (Text). Each call's answer ends at ``max_tokens``, the end of the model's
+    turn, a ``stop`` string or after ``max_sentences`` sentences (0: no limit)."""
 
     id: str
     prompt: Prompt
@@ -135,6 +182,9 @@ class Synthesis(_LLMModule):
     steps: int = 3
     refine_prompt: Prompt | None = None
     combine_prompt: Prompt | None = None
+    stop: tuple[str, ...] = ()
+    sampling: Sampling = GREEDY
+    max_sentences: int = 0
 
     def __post_init__(self) -> None:
         self._freeze()
@@ -168,25 +218,39 @@ class Synthesis(_LLMModule):
     def output_types(self, types: Mapping[str, PortType]) -> dict[str, PortType]:
         return {"answer": T}
 
+    def _call(
+        self, b: Lowering, tag: str, prompt: Prompt | None, sources: Mapping[str, Source]
+    ) -> Source:
+        assert prompt is not None  # checked at construction
+        return llm_call(
+            b,
+            tag,
+            prompt,
+            sources,
+            self.llm,
+            self.max_tokens,
+            stop=self.stop,
+            sampling=self.sampling,
+            max_sentences=self.max_sentences,
+        )
+
     def lower(self, b: Lowering) -> dict[str, Source]:
         sources = self._sources(b)
         if self.mode == "one_shot":
-            return {"answer": llm_call(b, "", self.prompt, sources, self.llm, self.max_tokens)}
+            return {"answer": self._call(b, "", self.prompt, sources)}
         contexts = []
         for i in range(self.steps):
             sel = b.add(P.map_node(f"{self.id}.select{i}", "select_doc", index=i))
             b.wire(sources["context"], sel, "docs")
             contexts.append(b.out(sel))
         if self.mode == "refine":
-            answer = llm_call(
-                b, "0", self.prompt, {**sources, "context": contexts[0]}, self.llm, self.max_tokens
-            )
+            answer = self._call(b, "0", self.prompt, {**sources, "context": contexts[0]})
             for i in range(1, self.steps):
                 step = {**sources, "context": contexts[i], "answer": answer}
-                answer = llm_call(b, str(i), self.refine_prompt, step, self.llm, self.max_tokens)
+                answer = self._call(b, str(i), self.refine_prompt, step)
             return {"answer": answer}
         level = [
-            llm_call(b, str(i), self.prompt, {**sources, "context": c}, self.llm, self.max_tokens)
+            self._call(b, str(i), self.prompt, {**sources, "context": c})
             for i, c in enumerate(contexts)
         ]
         k = 0
@@ -198,11 +262,7 @@ class Synthesis(_LLMModule):
                 b.wire(level[j + 1], join, "b")
                 step = {**sources, "answers": b.out(join)}
                 step.pop("context")
-                merged.append(
-                    llm_call(
-                        b, f"_combine{k}", self.combine_prompt, step, self.llm, self.max_tokens
-                    )
-                )
+                merged.append(self._call(b, f"_combine{k}", self.combine_prompt, step))
                 k += 1
             level = merged + level[len(level) - len(level) % 2 :]
         return {"answer": level[0]}

@@ -48,6 +48,7 @@ class Indexing(Module):
     context_prompt: object = None  # a Prompt with placeholder {chunk}, or None
     llm: str = "llm"
     context_max_tokens: int = 48
+    context_stop: tuple[str, ...] = ("\n",)  # the context is one line
 
     def __post_init__(self) -> None:
         if self.chunk_words < 1:
@@ -77,7 +78,13 @@ class Indexing(Module):
             )
             b.wire(b.out(texts), pre, "chunk")
             dec = b.add(
-                P.decode(f"{m}.context_decode", self.llm, self.context_max_tokens, over_list=True)
+                P.decode(
+                    f"{m}.context_decode",
+                    self.llm,
+                    self.context_max_tokens,
+                    over_list=True,
+                    stop=self.context_stop,
+                )
             )
             b.wire(b.out(pre), dec, "seqs")
             attach = b.add(P.map_node(f"{m}.attach", "attach_context"))
@@ -184,13 +191,16 @@ class KeywordSearch(Module):
 
 @dataclass(frozen=True)
 class Rerank(Module):
-    """(query, docs) -> duplicates removed -> the ``top_k`` docs by the reranker."""
+    """(query, docs) -> the hits of all queries fused by reciprocal rank, one copy each (see
+    ``fuse_ranks``), the first ``candidates`` of them (0: all) -> the ``top_k`` docs by the
+    reranker."""
 
     id: str
     query: PortRef
     docs: PortRef
     top_k: int = 3
     engine: str = "reranker"
+    candidates: int = 0
 
     def refs(self) -> dict[str, PortRef]:
         return {"query": self.query, "docs": self.docs}
@@ -203,7 +213,8 @@ class Rerank(Module):
         return {"docs": DL}
 
     def lower(self, b: Lowering) -> dict[str, Source]:
-        unique = b.add(P.map_node(f"{self.id}.unique", "unique_docs"))
+        limit = {"limit": self.candidates} if self.candidates else {}
+        unique = b.add(P.map_node(f"{self.id}.fuse", "fuse_ranks", **limit))
         b.wire(b.src(self.docs), unique, "docs")
         node = b.add(P.rerank(f"{self.id}.rerank", self.engine, self.top_k))
         b.wire(b.src(self.query), node, "query")

@@ -83,7 +83,7 @@ def test_a_pass_producing_an_invalid_plan_is_caught_by_validation() -> None:
         return plan.replace_parts(plan.nodes, edges)
 
     plan = lower(APPS["advanced_rag"].workflow(SHAPE))
-    with pytest.raises(StreamError, match=r"\[bad_stream\] node 'rerank.unique'"):
+    with pytest.raises(StreamError, match=r"\[bad_stream\] node 'rerank.fuse'"):
         PassManager([Pass("bad_stream", bad_stream)]).run(plan, CompileContext(shape=SHAPE))
 
 

@@ -6,21 +6,35 @@ from __future__ import annotations
 import pytest
 
 from ayo.apps import get_app
+from ayo.scheduler.parsers import ItemParser, SentenceLimit
 from ayo.workflow import InputShape, QueryExpansion, Synthesis
 from benchmarks import peers
-from benchmarks.peers_llamaindex import llama_template, parse_lines
-from scheduler.parsers import ItemParser
+from benchmarks.peers_llamaindex import (
+    answer_cut,
+    held_back,
+    lines_done,
+    llama_template,
+    parse_lines,
+)
+
+
+def _chat(messages: list[dict[str, str]]) -> str:
+    return "".join(f"<{m['role']}>{m['content']}</{m['role']}>" for m in messages) + "<assistant>"
 
 
 def test_app_spec_reads_the_settings_from_our_workflows():
-    naive, advanced = peers.app_spec("naive_rag"), peers.app_spec("advanced_rag")
+    naive = peers.app_spec("naive_rag", _chat)
+    advanced = peers.app_spec("advanced_rag", _chat)
     flow = get_app("advanced_rag").workflow(InputShape.of({"question": ""}))
     expand = next(m for m in flow.modules if isinstance(m, QueryExpansion))
     synth = next(m for m in flow.modules if isinstance(m, Synthesis))
-    assert set(naive) == {"k", "answer", "max_tokens"} and naive["k"] >= 1
-    assert advanced["queries"] == expand.n and advanced["expand"] == expand.prompt.template
-    assert advanced["refine"] == synth.refine_prompt.template
+    assert set(naive) == {"k", "answer", "max_tokens", "stop", "max_sentences"} and naive["k"] >= 1
+    assert naive["answer"].startswith("<system>") and naive["answer"].endswith("<assistant>")
+    assert advanced["queries"] == expand.n
+    assert advanced["expand"] == expand.prompt.for_model(_chat).template
+    assert advanced["refine"] == synth.refine_prompt.for_model(_chat).template
     assert advanced["max_tokens"] == [expand.max_tokens, synth.max_tokens]
+    assert advanced["stop"] == list(synth.stop) and advanced["max_sentences"] == synth.max_sentences
 
 
 def test_app_spec_refuses_an_app_the_peer_does_not_implement():
@@ -54,8 +68,31 @@ def test_compare_serial_counts_equal_work_and_names_the_first_difference():
     assert peers.first_difference(same, _run("A")) == {"what": "2 LLM calls vs 0"}
 
 
+def test_peer_ends_answers_where_ours_end():
+    from ayo.engines.llm.stop import held_back as ours_held_back
+
+    stops = ["\n\n", "\nQuestion:"]
+    for text in ("Foo.\n", "Foo.\nQ", "Bar. \n\nBaz", "3.5 m. Tall. Yes", "A.\nQuestion: B"):
+        assert held_back(text, stops) == ours_held_back(text, tuple(stops))
+    assert answer_cut("Foo. Bar. Baz", stops, 2) == ("Foo. Bar.", True)
+    assert answer_cut("Foo. Bar.", stops, 2) == ("Foo. Bar.", False)  # no space after it yet
+    assert answer_cut("Foo. Bar.\n", stops, 2) == ("Foo. Bar.\n", False)  # held back
+    assert answer_cut("Foo.\n\nBar", stops, 2) == ("Foo.", True)
+    assert answer_cut("It is 3.5 m tall. Yes", stops, 1) == ("It is 3.5 m tall.", True)
+    limit = SentenceLimit(1)
+    for piece in ("It is 3", ".5 m", " tall. ", "Yes"):
+        limit.feed(piece)
+    assert limit.done and limit.text == "It is 3.5 m tall."
+    assert lines_done("a\nb\nA\nc", 3) is False and lines_done("a\nb\nA\nc\n", 3) is True
+
+
 def test_peer_parses_queries_and_renames_placeholders_as_ours():
-    for text in ("1. first\n\n- second\n  * third  \n", "a\n2) b\n• c", "-x\n  \n10. y"):
+    for text in (
+        "1. first\n\n- second\n  * third  \n",
+        "a\n2) b\n• c",
+        "-x\n  \n10. y",
+        "a\nA.\nb",
+    ):
         ours = ItemParser("lines")
         assert parse_lines(text) == ours.feed(text) + ours.finish()
     assert parse_lines("1. first\n- second") == ["first", "second"]

@@ -124,7 +124,8 @@ async def test_a_chain_of_primitives_runs_in_the_task_that_made_it_ready() -> No
     # an idle gap) starts and ends without suspending. Tasks are the engines' only.
     assert "GraphRun._run_node" not in names
     assert set(names) <= {"EngineScheduler._run", "FakeLLM.prefill"}, names  # FakeLLM yields once
-    assert len(result.trace.spans) == 7 and result.outputs == ref.outputs
+    # seven primitives and the map listing the answer's sources
+    assert len(result.trace.spans) == 8 and result.outputs == ref.outputs
 
 
 async def test_admission_cancelled_waiter_skipped_by_a_release_keeps_the_count() -> None:
