@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import logging
 import os
@@ -50,6 +51,8 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+from ayo.adapters import EngineTokenizer
 
 from .common import machine, print_table, setup_benchmark_logging
 from .e2e import WARMUP_QUESTION, fanoutqa_questions, prefix_cache_reset
@@ -68,35 +71,52 @@ SIDES = ("ayo", "llamaindex")
 # ---- what the peer must mirror, read from our workflows ---------------------------------------
 
 
-def app_spec(name: str) -> dict[str, Any]:
-    """The settings of built-in app ``name`` that the LlamaIndex side mirrors.
+def app_spec(name: str, render_chat: Any = None) -> dict[str, Any]:
+    """The settings of built-in app ``name`` that the LlamaIndex side mirrors: its prompts as
+    the model reads them (``render_chat``: the chat template, see ``Prompt.for_model``), k,
+    where each answer stops.
 
     Raises:
         ValueError: the app's modules are not the two shapes the peer implements.
     """
     from ayo.apps import get_app
-    from ayo.workflow import InputShape, QueryExpansion, Rerank, Search, Synthesis
+    from ayo.workflow import Aggregate, InputShape, Map, QueryExpansion, Rerank, Search, Synthesis
+    from ayo.workflow.core import INPUTS
 
     workflow = get_app(name).workflow(InputShape.of({"question": ""}))
-    mods = {type(m): m for m in workflow.modules}
-    search, synth = mods.get(Search), mods.get(Synthesis)
-    if set(mods) == {Search, Synthesis} and synth.mode == "one_shot":
-        return {"k": search.k, "answer": synth.prompt.template, "max_tokens": [synth.max_tokens]}
-    expand, rerank = mods.get(QueryExpansion), mods.get(Rerank)
+    mods: dict[type, list[Any]] = {}
+    for m in workflow.modules:
+        if not isinstance(m, (Map, Aggregate)):  # formatting and merging are not LLM work
+            mods.setdefault(type(m), []).append(m)
+    searches, (synth,) = mods.get(Search, []), mods.get(Synthesis, [None])
+    if synth is None:
+        raise ValueError(f"{name}: the LlamaIndex side implements one-shot RAG and expansion + "
+                         "rerank + refine RAG; this app's modules are neither")  # fmt: skip
+    stops = {"stop": list(synth.stop), "max_sentences": synth.max_sentences}
+    answer = synth.prompt.for_model(render_chat).template
+    if set(mods) == {Search, Synthesis} and len(searches) == 1 and synth.mode == "one_shot":
+        return {"k": searches[0].k, "answer": answer, "max_tokens": [synth.max_tokens], **stops}
+    expand, rerank = mods.get(QueryExpansion, [None])[0], mods.get(Rerank, [None])[0]
+    asked = [s for s in searches if s.query.module == INPUTS]  # the question searched as well
     if (
         set(mods) == {QueryExpansion, Search, Rerank, Synthesis}
         and synth.mode == "refine"
         and expand.parse == "lines"
         and rerank.top_k == synth.steps
+        and len(searches) == 2
+        and len(asked) == 1
+        and searches[0].k == searches[1].k
     ):
         return {
             "queries": expand.n,
-            "k": search.k,
+            "k": searches[0].k,
             "top_k": rerank.top_k,
-            "expand": expand.prompt.template,
-            "answer": synth.prompt.template,
-            "refine": synth.refine_prompt.template,
+            "candidates": rerank.candidates,
+            "expand": expand.prompt.for_model(render_chat).template,
+            "answer": answer,
+            "refine": synth.refine_prompt.for_model(render_chat).template,
             "max_tokens": [expand.max_tokens, synth.max_tokens],
+            **stops,
         }
     raise ValueError(f"{name}: the LlamaIndex side implements one-shot RAG and expansion + "
                      "rerank + refine RAG; this app's modules are neither")  # fmt: skip
@@ -114,20 +134,18 @@ def max_new_tokens(specs: dict[str, dict[str, Any]], cap: int) -> int:
 # ---- Ayo's side --------------------------------------------------------------------------------
 
 
-class RecordingTokenizer:
-    """The engine's tokenizer (no special tokens), remembering which text gave which ids."""
+class RecordingTokenizer(EngineTokenizer):
+    """The engine's tokenizer (no special tokens, its chat template), remembering which text
+    gave which ids."""
 
     def __init__(self, engine: Any) -> None:
-        self._engine = engine
+        super().__init__(engine)
         self.texts: dict[tuple[int, ...], str] = {}
 
     def encode(self, text: str) -> list[int]:
         ids = self._engine.encode(text) if text else []
         self.texts[tuple(ids)] = text
         return ids
-
-    def decode(self, ids: list[int]) -> str:
-        return self._engine.tokenizer.decode(ids)
 
 
 def recording_llm(engine: Any, max_new_tokens: int) -> Any:
@@ -150,15 +168,17 @@ def recording_llm(engine: Any, max_new_tokens: int) -> Any:
         async def decode(self, seq: Any, params: Any):  # LLMAdapter.decode, counting tokens
             limit = min(params.max_tokens, self.max_new_tokens)
             generated = 0
-            async for piece in self.engine.decode(
-                seq, SamplingParams(max_tokens=limit, stop=params.stop)
-            ):
-                generated += 1
-                if piece.text:
-                    yield piece.text
-            ids = self._prompts.get(seq, [])
-            prompt = self.tokenizer.texts.get(tuple(ids), "<no single encode gave these ids>")
-            self.calls.append({"prompt": prompt, "prompt_ids": ids, "generated": generated})
+            stream = self.engine.decode(seq, SamplingParams(max_tokens=limit, stop=params.stop))
+            try:
+                async with contextlib.aclosing(stream):
+                    async for piece in stream:
+                        generated += 1
+                        if piece.text:
+                            yield piece.text
+            finally:  # also when the consumer stops early (the answer's last sentence, n items)
+                ids = self._prompts.get(seq, [])
+                prompt = self.tokenizer.texts.get(tuple(ids), "<no single encode gave these ids>")
+                self.calls.append({"prompt": prompt, "prompt_ids": ids, "generated": generated})
 
         async def close(self, seq: Any) -> None:
             self._prompts.pop(seq, None)
@@ -438,10 +458,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def make_job(args: argparse.Namespace) -> dict[str, Any]:
     from ayo.engines.corpus import minilm_path
-    from ayo.engines.llm.loader import resolve_model_path
+    from ayo.engines.llm.loader import LoadedModel, load_tokenizer, resolve_model_path
 
-    specs = {name: app_spec(name) for name in args.apps}
     gguf = resolve_model_path("smollm2-135m-instruct")
+    tokenizer = load_tokenizer(LoadedModel(None, {}, gguf.parent, gguf_file=gguf.name))
+
+    def render_chat(messages: list[dict[str, str]]) -> str:
+        return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+
+    specs = {name: app_spec(name, render_chat) for name in args.apps}
     return {
         "model": {"folder": str(gguf.parent), "gguf_file": gguf.name},
         "embedder": str(minilm_path()),

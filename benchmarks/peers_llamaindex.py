@@ -11,13 +11,18 @@ call (the prompt string, its token ids, how many tokens were generated).
 
 The pipelines, and what each step mirrors on Ayo's side:
 
-- naive_rag: ``VectorIndexRetriever`` (top k) -> ``NumberedPassages`` -> ``SimpleSummarize`` with
-  Ayo's ANSWER prompt: one LLM call whose context is ``"[1] text\\n[2] text..."``, as Ayo's
+- every LLM call: Ayo's prompts as the model reads them (its chat template rendered on Ayo's
+  side); an answer ends where Ayo's ends (``StopLikeAyo``: the end token, a stop string, or the
+  last allowed sentence, judged on the text Ayo's engine would have released; the expansion
+  after its n-th distinct query line), and its text is cut the same way.
+- naive_rag: ``VectorIndexRetriever`` (top k) -> ``PlainPassages`` -> ``SimpleSummarize`` with
+  Ayo's ANSWER prompt: one LLM call whose context is the passages a blank line apart, as Ayo's
   ``format_docs``.
-- advanced_rag: ``ExpandedQueriesRetriever`` (a ``QueryFusionRetriever``: the LLM writes the
-  queries with Ayo's EXPAND prompt, each searched for top k) -> ``EmbeddingCosineRerank`` (cosine
-  of the same embedder, as Ayo's default reranker) -> ``Refine`` with ANSWER, then REFINE, one
-  passage per call.
+- advanced_rag: ``FusedQueriesRetriever`` (a ``QueryFusionRetriever``: the LLM writes the
+  queries with Ayo's EXPAND prompt; the question and each query searched for top k, fused by
+  reciprocal rank as Ayo's ``fuse_ranks``) -> ``EmbeddingCosineRerank`` (the first candidates by
+  cosine of the same embedder, as Ayo's default reranker) -> ``Refine`` with ANSWER, then REFINE,
+  one passage per call.
 
 Concurrent queries are ``asyncio.gather`` of ``aquery``, as LlamaIndex users write them;
 ``HuggingFaceLLM`` inherits ``CustomLLM.acomplete``, which calls the blocking ``complete`` on the
@@ -46,8 +51,13 @@ from typing import Any
 log = logging.getLogger("benchmarks.peers_llamaindex")
 
 # Ayo's "lines" parser (ayo.scheduler.parsers): one query per non-empty line, a leading list
-# marker ("- ", "1. ") removed. LlamaIndex's own parser keeps markers and strips backticks.
+# marker ("- ", "1. ") removed, a repeat of an earlier query dropped. LlamaIndex's own parser
+# keeps markers and strips backticks.
 _MARKER = re.compile(r"^\s*(?:[-*•]|\d+[.)])\s+")
+_EDGE = " \t.,;:!?\"'()[]"
+# Ayo's sentence end (ayo.scheduler.parsers.SentenceLimit) and reciprocal rank constant.
+_SENTENCE_END = re.compile(r"[.!?][\"')\]]*\s")
+RRF_K = 60
 # Ayo's placeholders -> the variables LlamaIndex's synthesizers fill.
 _QA_VARS = {"question": "query_str", "context": "context_str"}
 _REFINE_VARS = {"question": "query_str", "context": "context_msg", "answer": "existing_answer"}
@@ -56,7 +66,44 @@ _EXPAND_VARS = {"question": "query"}
 
 def parse_lines(text: str) -> list[str]:
     items = (_MARKER.sub("", line).strip() for line in text.split("\n"))
-    return [item for item in items if item]
+    out, seen = [], set()
+    for item in items:
+        key = " ".join(item.lower().split()).strip(_EDGE)
+        if key and key not in seen:
+            seen.add(key)
+            out.append(item)
+    return out
+
+
+def held_back(text: str, stops: list[str]) -> int:
+    """Trailing characters Ayo's engine holds back because they could begin a stop string."""
+    hold = 0
+    for s in stops:
+        for n in range(min(len(s) - 1, len(text)), hold, -1):
+            if text.endswith(s[:n]):
+                hold = n
+                break
+    return hold
+
+
+def answer_cut(text: str, stops: list[str], max_sentences: int) -> tuple[str, bool]:
+    """Ayo's answer end on ``text`` so far: (the answer, whether it is over). A stop string
+    ends it before the stop; else the ``max_sentences``-th complete sentence in the released
+    text (everything but what could begin a stop string) ends it after its end mark."""
+    cuts = [i for i in (text.find(s) for s in stops) if i >= 0]
+    if cuts:
+        return text[: min(cuts)], True
+    released = text[: len(text) - held_back(text, stops)]
+    if max_sentences:
+        ends = list(_SENTENCE_END.finditer(released))
+        if len(ends) >= max_sentences:
+            return released[: ends[max_sentences - 1].end() - 1], True
+    return text, False
+
+
+def lines_done(text: str, n: int) -> bool:
+    """The expansion has written ``n`` distinct queries, each ended by a newline."""
+    return len(parse_lines(text[: text.rfind("\n") + 1])) >= n
 
 
 def llama_template(template: str, names: dict[str, str]) -> str:
@@ -64,6 +111,11 @@ def llama_template(template: str, names: dict[str, str]) -> str:
     for ours, theirs in names.items():
         template = template.replace("{" + ours + "}", "{" + theirs + "}")
     return template
+
+
+def _static_prefix(template: str) -> str:
+    """The text of a ``{name}`` template before its first placeholder."""
+    return template.split("{")[0]
 
 
 def _joined_context(**kwargs: Any) -> str:
@@ -85,18 +137,53 @@ def define_components() -> dict[str, type]:
     from llama_index.core.retrievers import QueryFusionRetriever
     from llama_index.core.schema import MetadataMode, NodeWithScore, QueryBundle, TextNode
     from llama_index.llms.huggingface import HuggingFaceLLM
+    from transformers import StoppingCriteria, StoppingCriteriaList
+
+    class StopLikeAyo(StoppingCriteria):
+        """Ends a generation where Ayo's decode of the same call ends (see ``answer_cut`` and
+        ``lines_done``); the model's end token is left to ``generate``."""
+
+        def __init__(self, tokenizer: Any, prompt_len: int, rule: dict[str, Any]) -> None:
+            self.tokenizer, self.prompt_len, self.rule = tokenizer, prompt_len, rule
+
+        def text(self, ids: Any) -> str:
+            return self.tokenizer.decode(ids[self.prompt_len :], skip_special_tokens=True)
+
+        def __call__(self, input_ids: Any, scores: Any, **kwargs: Any) -> bool:
+            text = self.text(input_ids[0])
+            if "items" in self.rule:
+                return lines_done(text, self.rule["items"])
+            return answer_cut(text, self.rule["stop"], self.rule["max_sentences"])[1]
 
     class RecordingLLM(HuggingFaceLLM):
-        """``HuggingFaceLLM`` that records each completion: prompt, prompt ids, new tokens."""
+        """``HuggingFaceLLM`` that ends each completion as Ayo does (``rule_for``) and records
+        it: prompt, prompt ids, new tokens."""
 
         _calls: list = PrivateAttr(default_factory=list)
+        _rules: list = PrivateAttr(default_factory=list)  # (prompt prefix, rule)
+
+        def add_rule(self, prefix: str, rule: dict[str, Any]) -> None:
+            self._rules.append((prefix, rule))
+
+        def rule_for(self, prompt: str) -> dict[str, Any] | None:
+            return next((r for p, r in self._rules if prompt.startswith(p)), None)
 
         def complete(self, prompt: str, formatted: bool = False, **kwargs: Any) -> Any:
-            response = super().complete(prompt, formatted=formatted, **kwargs)
-            ids = self._tokenizer(prompt)["input_ids"]  # what complete() tokenized
+            ids = self._tokenizer(prompt)["input_ids"]  # what complete() tokenizes
+            rule = self.rule_for(prompt)
+            base = self._stopping_criteria
+            if rule is not None:
+                stop = StopLikeAyo(self._tokenizer, len(ids), rule)
+                self._stopping_criteria = StoppingCriteriaList([*base, stop])
+            try:
+                response = super().complete(prompt, formatted=formatted, **kwargs)
+            finally:
+                self._stopping_criteria = base
             output = response.raw["model_output"][0].tolist()
             if output[: len(ids)] != ids:
                 raise RuntimeError("the recorded prompt is not what the model was given")
+            if rule is not None and "items" not in rule:
+                response.text = answer_cut(response.text, rule["stop"], rule["max_sentences"])[0]
             self._calls.append(
                 {"prompt": prompt, "prompt_ids": ids, "generated": len(output) - len(ids)}
             )
@@ -106,29 +193,33 @@ def define_components() -> dict[str, type]:
             calls, self._calls = self._calls, []
             return calls
 
-    class NumberedPassages(BaseNodePostprocessor):
-        """Each passage as ``"[i] text"``, numbered from 1 in rank order (Ayo's format_docs)."""
+    class PlainPassages(BaseNodePostprocessor):
+        """The passages' texts stripped, each but the last followed by a newline: joined by
+        ``SimpleSummarize`` with newlines they are a blank line apart (Ayo's format_docs)."""
 
         def _postprocess_nodes(self, nodes: list, query_bundle: Any = None) -> list:
+            texts = [n.node.get_content(metadata_mode=MetadataMode.LLM).strip() for n in nodes]
             return [
                 NodeWithScore(
                     node=TextNode(
-                        id_=n.node.node_id,
-                        text=f"[{i}] {n.node.get_content(metadata_mode=MetadataMode.LLM)}",
+                        id_=n.node.node_id, text=t + ("\n" if i < len(nodes) - 1 else "")
                     ),
                     score=n.score,
                 )
-                for i, n in enumerate(nodes, 1)
+                for i, (n, t) in enumerate(zip(nodes, texts))
             ]
 
     class EmbeddingCosineRerank(BaseNodePostprocessor):
-        """The ``top_n`` passages by cosine of question and passage embeddings (Ayo's default
-        reranker, ``embedding-cosine``), ties kept in retrieval order."""
+        """The first ``candidates`` passages reranked by cosine of question and passage
+        embeddings (Ayo's default reranker, ``embedding-cosine``, after its ``fuse_ranks``
+        limit); the ``top_n`` best, ties kept in retrieval order."""
 
         embed_model: BaseEmbedding
         top_n: int = 3
+        candidates: int = 0
 
         def _postprocess_nodes(self, nodes: list, query_bundle: Any = None) -> list:
+            nodes = nodes[: self.candidates] if self.candidates else nodes
             if not nodes:
                 return []
             query = np.asarray(self.embed_model.get_query_embedding(query_bundle.query_str))
@@ -138,11 +229,11 @@ def define_components() -> dict[str, type]:
             order = np.argsort(-scores, kind="stable")[: self.top_n]
             return [NodeWithScore(node=nodes[i].node, score=float(scores[i])) for i in order]
 
-    class ExpandedQueriesRetriever(QueryFusionRetriever):
-        """``QueryFusionRetriever`` as Ayo's QueryExpansion -> Search: only the LLM's queries
-        are searched (the stock one adds the question itself), its lines parsed as Ayo's, and
-        the hits kept in query then rank order with repeats dropped (Ayo's Search concatenates
-        and its Rerank dedupes; the stock one sorts by score and cuts to ``similarity_top_k``).
+    class FusedQueriesRetriever(QueryFusionRetriever):
+        """``QueryFusionRetriever`` as Ayo's advanced_rag: the question and the LLM's queries
+        (its lines parsed as Ayo's) each searched for top k, the hit lists fused by reciprocal
+        rank as Ayo's ``fuse_ranks`` (``1 / (RRF_K + rank + 1)`` summed over lists, ties by the
+        best rank, then id; the stock fusion uses ``1 / (k + rank)`` and breaks ties by order).
         ``num_queries`` counts the question, as in the base class: n queries is n + 1."""
 
         async def _aget_queries(self, original_query: str) -> list:
@@ -153,19 +244,22 @@ def define_components() -> dict[str, type]:
             return [QueryBundle(q) for q in parse_lines(response.text)[: self.num_queries - 1]]
 
         async def _aretrieve(self, query_bundle: Any) -> list:
-            queries = await self._aget_queries(query_bundle.query_str)
+            queries = [query_bundle, *await self._aget_queries(query_bundle.query_str)]
             results = await self._run_async_queries(queries)
-            seen: dict[str, Any] = {}
+            fused: dict[str, list] = {}
             for hits in results.values():
-                for hit in hits:
-                    seen.setdefault(hit.node.node_id, hit)
-            return list(seen.values())
+                for rank, hit in enumerate(hits):
+                    entry = fused.setdefault(hit.node.node_id, [0.0, rank, hit])
+                    entry[0] += 1.0 / (RRF_K + rank + 1)
+                    entry[1] = min(entry[1], rank)
+            order = sorted(fused.items(), key=lambda kv: (-kv[1][0], kv[1][1], kv[0]))
+            return [NodeWithScore(node=e[2].node, score=e[0]) for _, e in order]
 
     return {
         "RecordingLLM": RecordingLLM,
-        "NumberedPassages": NumberedPassages,
+        "PlainPassages": PlainPassages,
         "EmbeddingCosineRerank": EmbeddingCosineRerank,
-        "ExpandedQueriesRetriever": ExpandedQueriesRetriever,
+        "FusedQueriesRetriever": FusedQueriesRetriever,
     }
 
 
@@ -217,6 +311,12 @@ class Peer:
 
     def engine(self, app: str) -> Any:
         spec = self.job["apps"][app]
+        answers = {"stop": spec["stop"], "max_sentences": spec["max_sentences"]}
+        for key in ("answer", "refine"):
+            if key in spec:
+                self.llm.add_rule(_static_prefix(spec[key]), answers)
+        if "expand" in spec:
+            self.llm.add_rule(_static_prefix(spec["expand"]), {"items": spec["queries"]})
         return self._advanced(spec) if "expand" in spec else self._naive(spec)
 
     def _qa_prompt(self, spec: dict[str, Any]) -> Any:
@@ -237,19 +337,19 @@ class Peer:
         return RetrieverQueryEngine(
             self.index.as_retriever(similarity_top_k=spec["k"]),
             synthesizer,
-            node_postprocessors=[self.parts["NumberedPassages"]()],
+            node_postprocessors=[self.parts["PlainPassages"]()],
         )
 
     def _advanced(self, spec: dict[str, Any]) -> Any:
         from llama_index.core import PromptTemplate, get_response_synthesizer
         from llama_index.core.query_engine import RetrieverQueryEngine
 
-        retriever = self.parts["ExpandedQueriesRetriever"](
+        retriever = self.parts["FusedQueriesRetriever"](
             [self.index.as_retriever(similarity_top_k=spec["k"])],
             llm=self.llm,
             query_gen_prompt=llama_template(spec["expand"], _EXPAND_VARS),
             num_queries=spec["queries"] + 1,
-            similarity_top_k=spec["queries"] * spec["k"],
+            similarity_top_k=(spec["queries"] + 1) * spec["k"],
         )
         synthesizer = get_response_synthesizer(
             llm=self.llm,
@@ -257,7 +357,9 @@ class Peer:
             text_qa_template=self._qa_prompt(spec),
             refine_template=PromptTemplate(llama_template(spec["refine"], _REFINE_VARS)),
         )
-        rerank = self.parts["EmbeddingCosineRerank"](embed_model=self.embed, top_n=spec["top_k"])
+        rerank = self.parts["EmbeddingCosineRerank"](
+            embed_model=self.embed, top_n=spec["top_k"], candidates=spec["candidates"]
+        )
         return RetrieverQueryEngine(retriever, synthesizer, node_postprocessors=[rerank])
 
 
