@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from ayo.scheduler import DecodeParams, Doc
-from ayo.scheduler.functions import RRF_K
+from ayo.scheduler.functions import reciprocal_rank
 
 
 class EngineTokenizer:
@@ -76,14 +76,15 @@ class LLMAdapter:
     async def prefill(self, seq: Any, tokens: list[int]) -> None:
         await self.engine.prefill(seq, list(tokens))
 
-    async def decode(self, seq: Any, params: DecodeParams) -> AsyncIterator[str]:
+    def sampling_params(self, params: DecodeParams) -> Any:
+        """The engine's ``SamplingParams`` for a plan's ``params`` (capped by max_new_tokens)."""
         from ayo.engines.llm import SamplingParams
 
         limit = params.max_tokens
         if self.max_new_tokens is not None:
             limit = min(limit, self.max_new_tokens)
         s = params.sampling
-        sampling = SamplingParams(
+        return SamplingParams(
             max_tokens=limit,
             stop=params.stop,
             temperature=s.temperature,
@@ -93,7 +94,10 @@ class LLMAdapter:
             frequency_penalty=s.frequency_penalty,
             presence_penalty=s.presence_penalty,
         )
-        async with contextlib.aclosing(self.engine.decode(seq, sampling)) as pieces:
+
+    async def decode(self, seq: Any, params: DecodeParams) -> AsyncIterator[str]:
+        stream = self.engine.decode(seq, self.sampling_params(params))
+        async with contextlib.aclosing(stream) as pieces:
             async for piece in pieces:
                 if piece.text:
                     yield piece.text
@@ -201,9 +205,9 @@ class RerankerAdapter:
                 for i, s in zip(result.indices, result.scores)
             ]
         result = await self.reranker.rerank(query, [p.text for p in passages], None)
-        fused = [1.0 / (RRF_K + i + 1) for i in range(len(passages))]  # the retrieval's order
+        fused = [reciprocal_rank(i) for i in range(len(passages))]  # the retrieval's order
         for rank, i in enumerate(result.indices):
-            fused[i] += 1.0 / (RRF_K + rank + 1)
+            fused[i] += reciprocal_rank(rank)
         order = sorted(range(len(passages)), key=lambda i: (-fused[i], i))[:top_k]
         return [Doc(passages[i].id, passages[i].text, round(fused[i], 6)) for i in order]
 

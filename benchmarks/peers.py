@@ -152,7 +152,6 @@ def recording_llm(engine: Any, max_new_tokens: int) -> Any:
     """Ayo's LLM adapter recording each call as the peer does: the prompt string, its token
     ids, the tokens generated (the end-of-sequence token included, as in transformers)."""
     from ayo.adapters import LLMAdapter
-    from ayo.engines.llm import SamplingParams
 
     class RecordingLLM(LLMAdapter):
         def __init__(self) -> None:
@@ -166,9 +165,8 @@ def recording_llm(engine: Any, max_new_tokens: int) -> Any:
             await super().prefill(seq, tokens)
 
         async def decode(self, seq: Any, params: Any):  # LLMAdapter.decode, counting tokens
-            limit = min(params.max_tokens, self.max_new_tokens)
             generated = 0
-            stream = self.engine.decode(seq, SamplingParams(max_tokens=limit, stop=params.stop))
+            stream = self.engine.decode(seq, self.sampling_params(params))
             try:
                 async with contextlib.aclosing(stream):
                     async for piece in stream:

@@ -76,7 +76,9 @@ def parse_lines(text: str) -> list[str]:
 
 
 def held_back(text: str, stops: list[str]) -> int:
-    """Trailing characters Ayo's engine holds back because they could begin a stop string."""
+    """Trailing characters Ayo's engine holds back because they could begin a stop string
+    (``ayo.engines.llm.stop.held_back``, restated: this interpreter cannot import Ayo; the
+    tests check the two agree)."""
     hold = 0
     for s in stops:
         for n in range(min(len(s) - 1, len(text)), hold, -1):

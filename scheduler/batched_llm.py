@@ -260,16 +260,13 @@ class BatchedLLM:
         return "".join(pieces)
 
     async def score(self, seq: Any, candidates: list[str]) -> list[float]:
-        """The instance's ``score`` once the sequence's held tokens are computed (traced as
-        one record, like a decode)."""
+        """The instance's ``score``, admitted and traced as a decode is (its candidates are
+        prefilled on forks of the sequence, which take KV blocks)."""
         i, raw = self._route(seq)
         run = _DecodeRun(self._clock())
         self._busy[i] += 1
         try:
-            held = self._take(i, raw) if self._held else None
-            if held is not None:
-                await (held.future if held.future is not None else self._issue(i, held.request))
-            run.started = self._clock()
+            await self._admit(i, raw, run)
             scores = await self.instances[i].score(raw, list(candidates))
             run.ok, run.pieces = True, len(candidates)
             return scores

@@ -89,6 +89,11 @@ def _unique_docs(config: Mapping[str, Any], docs: list[Doc]) -> list[Doc]:
 RRF_K = 60  # reciprocal rank fusion's constant (Cormack et al. 2009; LlamaIndex's default)
 
 
+def reciprocal_rank(rank: int) -> float:
+    """A 0-based ``rank``'s share in reciprocal rank fusion: ``1 / (RRF_K + rank + 1)``."""
+    return 1.0 / (RRF_K + rank + 1)
+
+
 def _fuse_ranks(config: Mapping[str, Any], docs: list[Doc]) -> list[Doc]:
     """Hits of several queries fused by reciprocal rank: a doc scores the sum of
     ``1 / (RRF_K + rank + 1)`` over the lists it is in; one copy each, best first (ties: the
@@ -98,9 +103,9 @@ def _fuse_ranks(config: Mapping[str, Any], docs: list[Doc]) -> list[Doc]:
     for d in docs:
         entry = fused.get(d.id)
         if entry is None:
-            fused[d.id] = [1.0 / (RRF_K + d.rank + 1), d.rank, d]
+            fused[d.id] = [reciprocal_rank(d.rank), d.rank, d]
         else:
-            entry[0] += 1.0 / (RRF_K + d.rank + 1)
+            entry[0] += reciprocal_rank(d.rank)
             entry[1] = min(entry[1], d.rank)
     order = sorted(fused.values(), key=lambda e: (-e[0], e[1], e[2].id))
     if config.get("limit"):

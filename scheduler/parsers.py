@@ -1,7 +1,8 @@
-"""Incremental parsers that cut a decoded text into list items.
+"""Incremental parsers of decoded text: list items, and where an answer's sentences end.
 
-``Decode`` parses its whole text with the same parser that ``PartialDecode`` feeds piece by
-piece, so the two give the same items by construction.
+``Decode`` and ``PartialDecode`` of a list feed the same :class:`ItemParser` piece by piece (and
+stop the decode once it is full), so the two give the same items by construction;
+:func:`parse_items` parses a whole text the same way.
 """
 
 from __future__ import annotations
@@ -117,7 +118,8 @@ class SentenceLimit:
         if self.done:
             return
         self.text += delta
-        # rescan one character back: an end mark at the old end waits for what follows it
+        # rescan a little of the old text: an end mark (and closing quotes) at its end waits
+        # for the space that follows it
         for m in _SENTENCE_END.finditer(self.text, max(0, self._scanned - 8)):
             if m.end() <= self._scanned:
                 continue

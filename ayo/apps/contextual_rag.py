@@ -15,7 +15,7 @@ from ayo.workflow import (
 )
 
 from .base import AppTemplate
-from .rag import ANSWER, ANSWER_TOKENS, MAX_SENTENCES, STOP
+from .rag import ANSWER, ANSWERING
 
 CONTEXT = Prompt.chat(
     "Write one short sentence that says what this passage is about.\nPassage: {chunk}"
@@ -36,9 +36,7 @@ def build_contextual_rag(shape: InputShape) -> Workflow:
             "synthesis",
             ANSWER,
             {"question": question, "context": best["docs"]},
-            max_tokens=ANSWER_TOKENS,
-            stop=STOP,
-            max_sentences=MAX_SENTENCES,
+            **ANSWERING,
         )
     )
     wf.output("answer", answer["answer"])

@@ -41,6 +41,7 @@ REFINE = Prompt.chat(
 STOP = ("\n\n", "\nQuestion:", "\nContext:")
 MAX_SENTENCES = 2
 ANSWER_TOKENS = 96  # a ceiling: answers end at two sentences first
+ANSWERING = {"max_tokens": ANSWER_TOKENS, "stop": STOP, "max_sentences": MAX_SENTENCES}
 NAIVE_K = 2  # passages one answer reads: measured better than 3 for the 135M model
 # advanced_rag reranks the first 12 fused candidates: on the quality questions, reranking 8,
 # 12, 16 or 24 of them put the gold article in the top 3 equally often, at a fraction of the
@@ -66,9 +67,7 @@ def build_naive_rag(shape: InputShape) -> Workflow:
             "synthesis",
             ANSWER,
             {"question": question, "context": hits["docs"]},
-            max_tokens=ANSWER_TOKENS,
-            stop=STOP,
-            max_sentences=MAX_SENTENCES,
+            **ANSWERING,
         )
     )
     wf.output("answer", answer["answer"])
@@ -102,9 +101,7 @@ def build_advanced_rag(shape: InputShape) -> Workflow:
             mode="refine",
             steps=3,
             refine_prompt=REFINE,
-            max_tokens=ANSWER_TOKENS,
-            stop=STOP,
-            max_sentences=MAX_SENTENCES,
+            **ANSWERING,
         )
     )
     wf.output("answer", answer["answer"])

@@ -16,7 +16,7 @@ from ayo.workflow import (
 )
 
 from .base import AppTemplate
-from .rag import ANSWER_TOKENS, MAX_SENTENCES, STOP
+from .rag import ANSWERING
 
 # The judge's answer is never decoded: Judge compares the probabilities of " question" and
 # " chat" as the next word (one prefill each). A few labelled examples as plain text, not a chat
@@ -64,9 +64,7 @@ def build_search_gen(shape: InputShape) -> Workflow:
             ANSWER,
             {"question": question, "context": context["value"]},
             llm="llm",
-            max_tokens=ANSWER_TOKENS,
-            stop=STOP,
-            max_sentences=MAX_SENTENCES,
+            **ANSWERING,
         )
     )
     wf.output("answer", answer["answer"])
