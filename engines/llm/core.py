@@ -24,7 +24,7 @@ from .errors import (
 )
 from .outputs import EngineStats
 from .runner import ModelRunner
-from .scheduler import Scheduler, SchedulerOutput
+from .scheduler import ScheduledChunk, Scheduler
 from .sequence import PrefillWaiter, SeqStatus, Sequence
 
 log = logging.getLogger(__name__)
@@ -65,40 +65,61 @@ class EngineCore(DecodeMixin):
             self._fail(seq, EngineError(f"sequence {seq.seq_id} does not fit the KV cache"))
         if not out.chunks:
             return
-        try:
-            logits = self.runner.run(out.chunks)
-        except Exception as exc:  # fail this batch's requests, keep serving
-            log.exception("model step failed for %d sequences", len(out.chunks))
-            for c in out.chunks:
-                self._fail(c.seq, exc)
-            return
-        self._postprocess(out, logits)
+        self._run(out.chunks)
         c = self.counters
         c["steps"] += 1
         c["computed"] += out.num_tokens
         c["busy_s"] += time.perf_counter() - t0
 
-    def _postprocess(self, out: SchedulerOutput, logits) -> None:
+    def _run(self, chunks: list[ScheduledChunk]) -> None:
+        """Run the chunks and postprocess them. When the forward pass raises, the culprit is
+        found by running halves of the batch (each half keeps decodes before prefills): the
+        chunks whose own pass fails are failed with the cause, every other chunk goes on.
+        Re-running is safe: a pass only rewrites the KV slots of its own chunks."""
+        try:
+            logits = self.runner.run(chunks)
+        except Exception as exc:
+            if len(chunks) == 1:
+                log.exception("model step failed for sequence %d", chunks[0].seq.seq_id)
+                self._fail(chunks[0].seq, exc)
+                return
+            log.warning("model step failed for %d sequences; isolating", len(chunks))
+            half = len(chunks) // 2
+            self._run(chunks[:half])
+            self._run(chunks[half:])
+            return
+        self._postprocess(chunks, logits)
+
+    def _postprocess(self, chunks: list[ScheduledChunk], logits) -> None:
         to_sample: list[tuple[Sequence, torch.Tensor]] = []
-        for i, chunk in enumerate(out.chunks):
+        for i, chunk in enumerate(chunks):
             seq = chunk.seq
-            seq.num_computed_tokens = chunk.end
-            self.bm.commit(seq)
-            rows = logits.of(i)
-            if seq.score is not None:
-                self._score_rows(seq, chunk.start, chunk.end, rows)
-                continue
-            self._resolve_waiters(seq)
-            if chunk.end < seq.num_tokens:
-                continue
-            if seq.decode is not None:
-                to_sample.append((seq, rows[0]))
-            else:
-                seq.last_logits = rows[0].clone()
-                if seq.status == SeqStatus.RUNNING:
-                    self.scheduler.retire(seq)
+            try:
+                seq.num_computed_tokens = chunk.end
+                self.bm.commit(seq)
+                rows = logits.of(i)
+                if seq.score is not None:
+                    self._score_rows(seq, chunk.start, chunk.end, rows)
+                    continue
+                self._resolve_waiters(seq)
+                if chunk.end < seq.num_tokens:
+                    continue
+                if seq.decode is not None:
+                    to_sample.append((seq, rows[0]))
+                else:
+                    seq.last_logits = rows[0].clone()
+                    if seq.status == SeqStatus.RUNNING:
+                        self.scheduler.retire(seq)
+            except Exception as exc:
+                self._fail_one(seq, exc)
         if to_sample:
             self._sample(to_sample)
+
+    def _fail_one(self, seq: Sequence, exc: BaseException) -> None:
+        """An error that belongs to one sequence: it fails; the step goes on for the others."""
+        log.error("sequence %d failed in the step", seq.seq_id, exc_info=exc)
+        if seq.status != SeqStatus.CLOSED:
+            self._fail(seq, exc)
 
     def _resolve_waiters(self, seq: Sequence) -> None:
         keep = []
@@ -131,7 +152,13 @@ class EngineCore(DecodeMixin):
                 if seq is not None:
                     self.close(seq, reason="abort")
                 self.post(cmd.on_done)
-        except InvalidRequest as exc:
+        except Exception as exc:  # the command's requester gets the error, nobody else
+            if not isinstance(exc, InvalidRequest):
+                log.exception("engine command %s failed", type(cmd).__name__)
+                seq = self.seqs.get(getattr(cmd, "seq_id", None))
+                if isinstance(cmd, Decode) and seq is not None and seq.decode is not None:
+                    self._fail_one(seq, exc)  # its decode ends with the error
+                    return
             on_error = getattr(cmd, "on_error", None)
             if on_error is None and isinstance(cmd, Decode):
                 self.post(cmd.emit, exc)

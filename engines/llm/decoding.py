@@ -65,15 +65,31 @@ class DecodeMixin:
             self.scheduler.submit(seq)
 
     def _sample(self, rows: list[tuple[Sequence, torch.Tensor]]) -> None:
-        logits = torch.stack([r for _, r in rows])
-        for i, (seq, _) in enumerate(rows):
-            if seq.decode.params.penalized:
-                apply_penalties(logits[i], seq.decode.params, seq.token_ids, seq.decode.output_ids)
-        tokens = sample_tokens(logits, [seq.decode for seq, _ in rows])
+        """One token for each sequence. When the batch's sampling raises, each sequence is
+        sampled alone, so only the one whose parameters or state caused it fails."""
+        try:
+            tokens = self._sample_tokens(rows)
+        except Exception as exc:
+            if len(rows) == 1:
+                self._fail_one(rows[0][0], exc)
+                return
+            for row in rows:
+                self._sample([row])
+            return
         now = time.perf_counter()
         self.counters["generated"] += len(tokens)
         for (seq, _), tok in zip(rows, tokens):
-            self._accept(seq, tok, now)
+            try:
+                self._accept(seq, tok, now)
+            except Exception as exc:
+                self._fail_one(seq, exc)
+
+    def _sample_tokens(self, rows: list[tuple[Sequence, torch.Tensor]]) -> list[int]:
+        logits = torch.stack([r for _, r in rows])  # a copy: the penalties do not touch rows
+        for i, (seq, _) in enumerate(rows):
+            if seq.decode.params.penalized:
+                apply_penalties(logits[i], seq.decode.params, seq.token_ids, seq.decode.output_ids)
+        return sample_tokens(logits, [seq.decode for seq, _ in rows])
 
     def _accept(self, seq: Sequence, tok: int, now: float) -> None:
         st = seq.decode

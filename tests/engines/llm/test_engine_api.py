@@ -88,6 +88,61 @@ async def test_model_failure_fails_the_batch_and_engine_recovers(tiny_llama, mon
         assert_no_leak(eng)
 
 
+POISON = 210  # a prompt starting with this token breaks the forward pass (injected below)
+
+
+async def _with_poison(eng, peer, poison: list[int], params: SamplingParams):
+    """The peer's three prompts and a poisoned one at once, each its own request."""
+    good = SamplingParams(max_tokens=32, ignore_eos=True)
+    return await asyncio.gather(
+        *(eng.generate(p, good) for p in peer.prompts),
+        eng.generate(poison, params),
+        return_exceptions=True,
+    )
+
+
+async def test_a_failing_forward_pass_fails_only_its_sequence(tiny_llama, monkeypatch):
+    async with engine(tiny_llama) as eng:
+        runner = eng._core.runner
+        real = runner.run
+        calls = []
+
+        def run(chunks):
+            calls.append(len(chunks))
+            if any(c.seq.token_ids[0] == POISON for c in chunks):
+                raise RuntimeError("injected: bad sequence")
+            return real(chunks)
+
+        monkeypatch.setattr(runner, "run", run)
+        assert all(p[0] != POISON for p in tiny_llama.prompts)
+        *results, bad = await _with_poison(
+            eng, tiny_llama, [POISON, 1, 2], SamplingParams(max_tokens=8)
+        )
+        assert isinstance(bad, RuntimeError) and "injected" in str(bad)
+        assert [r.token_ids for (r,) in results] == tiny_llama.expected
+        assert max(calls) == 4  # they were batched together when it failed
+        assert_no_leak(eng)
+
+
+async def test_a_failing_sample_fails_only_its_sequence(tiny_llama, monkeypatch):
+    from ayo.engines.llm import decoding
+
+    real = decoding.sample_tokens
+
+    def sample(logits, states):
+        if any(s.params.seed == 13 for s in states):
+            raise OverflowError("injected: seed the sampler cannot take")
+        return real(logits, states)
+
+    monkeypatch.setattr(decoding, "sample_tokens", sample)
+    async with engine(tiny_llama) as eng:
+        params = SamplingParams(max_tokens=8, temperature=0.7, seed=13)
+        *results, bad = await _with_poison(eng, tiny_llama, [1, 2, 3], params)
+        assert isinstance(bad, OverflowError)
+        assert [r.token_ids for (r,) in results] == tiny_llama.expected
+        assert_no_leak(eng)
+
+
 async def test_unsupported_architecture_and_missing_model(tmp_path, monkeypatch):
     (tmp_path / "config.json").write_text(
         json.dumps({"architectures": ["GPT2LMHeadModel"], "vocab_size": 10, "hidden_size": 8,
