@@ -116,6 +116,9 @@ def _read_st_layout(path: Path) -> tuple[str, bool, int | None, bool]:
     return pooling, normalize, max_len, lower
 
 
+CHARS_PER_TOKEN_CAP = 64  # no real text averages more characters per token
+
+
 class Embedder(BatchingEngine[EmbedRequest, Embedding]):
     """Batching text embedder. ``await embed(texts)`` -> float32 ``[n, dim]``."""
 
@@ -189,9 +192,11 @@ class Embedder(BatchingEngine[EmbedRequest, Embedding]):
         """
         return (await self.embed_batch(texts)).vectors
 
-    async def embed_batch(self, texts: list[str]) -> EmbeddingBatch:
-        """Like :meth:`embed`, also returning token counts and truncation flags."""
-        return self._collect(await self.submit_many([EmbedRequest(t) for t in texts]))
+    async def embed_batch(self, texts: list[str], *, background: bool = False) -> EmbeddingBatch:
+        """Like :meth:`embed`, also returning token counts and truncation flags.
+        ``background``: bulk work (ingest) that yields to every other request."""
+        requests = [EmbedRequest(t) for t in texts]
+        return self._collect(await self.submit_many(requests, background=background))
 
     def embed_sync(self, texts: list[str]) -> EmbeddingBatch:
         """Embed in the calling thread (scripts, benchmarks); raises the first error."""
@@ -227,7 +232,11 @@ class Embedder(BatchingEngine[EmbedRequest, Embedding]):
             torch.set_num_threads(self.batch_config.num_threads)
 
     def run_batch(self, requests: list[EmbedRequest]) -> list[Embedding]:
-        texts = [r.text.lower() if self._lower else r.text for r in requests]
+        # Only the first max_length tokens are embedded: a text is cut first at a length those
+        # tokens cannot reach, so a huge input costs no more than a long one (its num_tokens
+        # then counts the cut text).
+        cap = self.max_length * CHARS_PER_TOKEN_CAP
+        texts = [(r.text.lower() if self._lower else r.text)[:cap] for r in requests]
         full = self.tokenizer(texts, truncation=False)["input_ids"]
         lengths = [len(ids) for ids in full]
         truncated = [n > self.max_length for n in lengths]

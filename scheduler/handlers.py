@@ -75,6 +75,15 @@ def _text(piece: Any) -> str:
     return piece if isinstance(piece, str) else piece.text
 
 
+OFFLOAD_CHARS = 64 * 1024  # a prompt longer than this is tokenized off the event loop
+
+
+async def _tokens(llm: Any, text: str) -> list[int]:
+    if len(text) > OFFLOAD_CHARS:
+        return await asyncio.to_thread(llm.tokenizer.encode, text)
+    return llm.tokenizer.encode(text)
+
+
 async def _open_prefilled(ctx: QueryContext, engine: str, ids: list[int]) -> SeqHandle:
     llm = ctx.engines[engine]
     seq = await ctx.open_seq(engine)
@@ -89,13 +98,12 @@ async def _prefill(node: Node, inputs: dict[str, Any], ctx: QueryContext) -> dic
     if not over:
         return {
             "seq": await _open_prefilled(
-                ctx, node.engine, llm.tokenizer.encode(prompt.render(inputs))
+                ctx, node.engine, await _tokens(llm, prompt.render(inputs))
             )
         }
     renders = [prompt.render({**inputs, over: item}) for item in inputs[over]]
-    seqs = await asyncio.gather(
-        *(_open_prefilled(ctx, node.engine, llm.tokenizer.encode(r)) for r in renders)
-    )
+    ids = [await _tokens(llm, r) for r in renders]
+    seqs = await asyncio.gather(*(_open_prefilled(ctx, node.engine, i) for i in ids))
     return {"seqs": list(seqs)}
 
 
@@ -104,7 +112,7 @@ async def _partial_prefill(node: Node, inputs: dict[str, Any], ctx: QueryContext
     # follows, so it is held back: FullPrefill tokenizes the whole prompt once and appends the rest.
     llm = ctx.engine(node)
     head = _head(node.config["prompt"], node.config["split_at"])
-    ids = llm.tokenizer.encode(head.render(inputs))[:-1]
+    ids = (await _tokens(llm, head.render(inputs)))[:-1]
     when_idle = getattr(llm, "prefill_when_idle", None)
     if when_idle is None or not ids:
         return {"seq": await _open_prefilled(ctx, node.engine, ids)}
@@ -123,7 +131,7 @@ def _head(prompt: Prompt, split_at: int) -> Prompt:
 
 async def _full_prefill(node: Node, inputs: dict[str, Any], ctx: QueryContext) -> dict[str, Any]:
     llm, handle = ctx.engine(node), inputs["seq"]
-    ids = llm.tokenizer.encode(node.config["prompt"].render(inputs))
+    ids = await _tokens(llm, node.config["prompt"].render(inputs))
     done = list(handle.prefilled)
     if ids[: len(done)] == done:
         if len(ids) > len(done):

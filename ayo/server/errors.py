@@ -8,6 +8,7 @@ that shape. An unexpected exception is logged with its traceback and answered wi
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 from collections.abc import Awaitable, Callable
@@ -21,8 +22,10 @@ ERROR_TYPES: dict[int, str] = {
     400: "invalid_request_error",
     401: "authentication_error",
     404: "not_found_error",
+    409: "conflict_error",
     405: "invalid_request_error",
     413: "request_too_large",
+    415: "invalid_request_error",
     422: "context_length_exceeded",
     429: "rate_limit_error",
     500: "server_error",
@@ -86,7 +89,10 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
     except web.HTTPException as exc:
         if exc.status < 400:  # redirects and the like pass through
             raise
-        return error_response(_from_http(exc))
+        response = error_response(_from_http(exc))
+        if exc.status == 405 and "Allow" in exc.headers:
+            response.headers["Allow"] = exc.headers["Allow"]
+        return response
     except ConnectionResetError:  # the client left; nobody to answer
         raise
     except Exception:
@@ -96,9 +102,23 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
         )
 
 
+JSON_CONTENT_TYPES = ("application/json", "")  # "" = no content-type header: curl -d and the like
+THREAD_PARSE_BYTES = 256 * 1024  # bodies over this are parsed off the event loop
+OFFLOAD_CHARS = 64 * 1024  # texts over this are tokenized or rendered off the event loop
+
+
 async def read_json(request: web.Request) -> dict[str, Any]:
-    """The request body as a JSON object: 400 when malformed or not an object, 413 when over
-    the server's body limit."""
+    """The request body as a JSON object: 400 when malformed, not an object, holding a number
+    that is not finite or a string that is not valid Unicode (a lone surrogate); 413 when over
+    the server's body limit; 415 when the content-type says it is not JSON. A large body is
+    parsed in a worker thread, so the event loop never spends body-sized time on it."""
+    ctype = request.content_type if request.headers.get("Content-Type") else ""
+    if ctype not in JSON_CONTENT_TYPES and not ctype.endswith("+json"):
+        raise ApiError(
+            415,
+            "invalid_request_error",
+            f"content-type {ctype!r} is not JSON: send 'content-type: application/json'",
+        )
     try:
         raw = await request.read()
     except web.HTTPRequestEntityTooLarge as exc:
@@ -107,15 +127,57 @@ async def read_json(request: web.Request) -> dict[str, Any]:
         ) from None
     if not raw:
         raise bad_request("the request needs a JSON body")
+    if len(raw) > THREAD_PARSE_BYTES:
+        body = await asyncio.to_thread(parse_json_body, raw)
+    else:
+        body = parse_json_body(raw)
+    if not isinstance(body, dict):
+        raise bad_request(f"the JSON body must be an object, got {type(body).__name__}")
+    return body
+
+
+def parse_json_body(raw: bytes) -> Any:
+    """``json.loads`` with the server's rules (see :func:`read_json`); raises 400 ApiErrors."""
     try:
         body = json.loads(raw, parse_constant=_no_constant)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise bad_request(f"malformed JSON body: {exc}") from None
     except RecursionError:
         raise bad_request("malformed JSON body: nested too deeply") from None
-    if not isinstance(body, dict):
-        raise bad_request(f"the JSON body must be an object, got {type(body).__name__}")
+    where = _invalid_text(body, "")
+    if where is not None:
+        raise bad_request(
+            f"field {where or '(body)'!r} holds a lone surrogate (\\ud800-\\udfff without its "
+            "pair): text must be valid Unicode"
+        )
     return body
+
+
+def _invalid_text(value: Any, path: str) -> str | None:
+    """The path of the first string (key or value) that cannot be encoded as UTF-8."""
+    stack = [(value, path)]
+    while stack:
+        value, path = stack.pop()
+        if isinstance(value, str):
+            if not _utf8_ok(value):
+                return path
+        elif isinstance(value, dict):
+            for key, item in value.items():
+                sub = f"{path}.{key}" if path else key
+                if not _utf8_ok(key):
+                    return sub
+                stack.append((item, sub))
+        elif isinstance(value, list):
+            stack.extend((item, f"{path}[{i}]") for i, item in enumerate(value))
+    return None
+
+
+def _utf8_ok(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _no_constant(name: str) -> None:
@@ -159,6 +221,8 @@ def field(
         if required:
             raise bad_request(f"missing required field {name!r}")
         return default
+    if int in types and isinstance(value, float) and value.is_integer() and abs(value) < 2**63:
+        value = int(value)  # JSON Schema's integer: 20.0 is one
     if not _type_ok(value, types):
         want = " or ".join(_TYPE_NAMES.get(t, t.__name__) for t in types)
         raise bad_request(f"field {name!r} must be {want}, got {json.dumps(value)[:80]}")

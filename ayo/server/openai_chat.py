@@ -15,13 +15,14 @@ app's own LLM calls, with their retrieved context, are not counted).
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import AsyncIterator
 from typing import Any
 
 from aiohttp import web
 
-from ayo.server.errors import bad_request, read_json
+from ayo.server.errors import OFFLOAD_CHARS, ApiError, bad_request, read_json
 from ayo.server.openai_generate import encode_prompt, fit_sampling, generate
 from ayo.server.openai_requests import (
     COMPLETIONS_DEFAULT_MAX_TOKENS,
@@ -39,6 +40,13 @@ from ayo.server.openai_stream import stream_chunks, usage_json
 from ayo.server.state import STATE, ServerState
 
 
+async def _render(llm: Any, messages: list[dict[str, Any]]) -> list[int]:
+    """The chat template's token ids; long conversations are rendered off the event loop."""
+    if sum(len(str(m.get("content") or "")) for m in messages) > OFFLOAD_CHARS:
+        return await asyncio.to_thread(llm.apply_chat_template, messages)
+    return llm.apply_chat_template(messages)
+
+
 def count_tokens(llm: Any, text: str) -> int:
     return len(llm.tokenizer(text, add_special_tokens=False)["input_ids"]) if text else 0
 
@@ -52,10 +60,14 @@ async def completions(request: web.Request) -> web.StreamResponse:
     model = parse_model(body)
     check_model(state, model, "llm")
     prompts = parse_prompts(body)
-    sampling = parse_sampling(body, default_max_tokens=COMPLETIONS_DEFAULT_MAX_TOKENS)
+    sampling = parse_sampling(
+        body,
+        default_max_tokens=COMPLETIONS_DEFAULT_MAX_TOKENS,
+        limit=state.config.max_tokens_limit,
+    )
     opts = parse_stream(body)
     llm = state.llm
-    ids = [encode_prompt(llm, p) for p in prompts]
+    ids = [await encode_prompt(llm, p) for p in prompts]
     params = fit_sampling(llm, [len(i) for i in ids], sampling, state.config.max_tokens_limit)
     head = {
         "id": new_id("cmpl"),
@@ -101,7 +113,7 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     model = parse_model(body)
     kind = check_model(state, model, "chat")
     messages = parse_messages(body)
-    sampling = parse_sampling(body, default_max_tokens=None)
+    sampling = parse_sampling(body, default_max_tokens=None, limit=state.config.max_tokens_limit)
     opts = parse_stream(body)
     head = {
         "id": new_id("chatcmpl"),
@@ -114,8 +126,12 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     llm = state.llm
     if getattr(llm.tokenizer, "chat_template", None) is None:
         raise bad_request(f"model {model!r} has no chat template: use /v1/completions")
+    from ayo.engines.llm import ContextLengthExceeded
+
     try:
-        ids = llm.apply_chat_template(messages)
+        ids = await _render(llm, messages)
+    except ContextLengthExceeded as exc:
+        raise ApiError(422, "context_length_exceeded", f"field 'messages': {exc}") from None
     except Exception as exc:  # a template that rejects these messages (roles, order)
         raise bad_request(
             f"field 'messages' does not fit the model's chat template: {exc}"

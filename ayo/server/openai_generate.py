@@ -14,7 +14,7 @@ from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ayo.server.errors import ApiError
+from ayo.server.errors import OFFLOAD_CHARS, ApiError
 from ayo.server.openai_requests import Sampling
 
 
@@ -42,16 +42,20 @@ def engine_error(exc: BaseException) -> ApiError:
     return ApiError(500, "server_error", f"the LLM engine failed: {type(exc).__name__}")
 
 
-def encode_prompt(llm: Any, prompt: str | list[int]) -> list[int]:
+async def encode_prompt(llm: Any, prompt: str | list[int]) -> list[int]:
     """Token ids of a completion prompt (text without special tokens: SmolLM2's tokenizer adds
     none anyway); out-of-vocabulary ids -> 400, an empty prompt -> 400."""
     from ayo.engines.llm import ContextLengthExceeded, InvalidRequest
 
     try:
         if isinstance(prompt, str):
-            return list(llm.tokenizer(prompt, add_special_tokens=False)["input_ids"]) or _empty()
+            if len(prompt) > OFFLOAD_CHARS:  # tokenized off the event loop
+                return list(await asyncio.to_thread(llm.tokenize, prompt)) or _empty()
+            return list(llm.tokenize(prompt)) or _empty()
         return llm.encode(list(prompt))
-    except ContextLengthExceeded:
+    except ContextLengthExceeded as exc:
+        if isinstance(prompt, str):  # longer than any window: refused before tokenizing
+            raise ApiError(422, "context_length_exceeded", f"field 'prompt': {exc}") from None
         return list(prompt)  # checked (422) by fit_sampling with its count
     except InvalidRequest as exc:
         raise ApiError(400, "invalid_request_error", f"field 'prompt': {exc}") from None

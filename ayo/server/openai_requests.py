@@ -11,6 +11,7 @@ vendor extras). Extensions (as vLLM's server): ``top_k``, ``ignore_eos`` and
 
 from __future__ import annotations
 
+import re
 import uuid
 from dataclasses import dataclass
 from typing import Any
@@ -52,22 +53,23 @@ def parse_model(body: dict[str, Any]) -> str:
 
 def parse_stream(body: dict[str, Any]) -> StreamOptions:
     stream = field(body, "stream", bool, False)
-    opts = field(body, "stream_options", dict, {})
+    opts = {k: v for k, v in field(body, "stream_options", dict, {}).items() if v is not None}
     if opts and not stream:
         raise bad_request("field 'stream_options' is only allowed with 'stream': true")
     return StreamOptions(stream, field(opts, "include_usage", bool, False))
 
 
-def parse_sampling(body: dict[str, Any], *, default_max_tokens: int | None) -> Sampling:
-    """Sampling fields of a completion or chat request, range-checked."""
+def parse_sampling(
+    body: dict[str, Any], *, default_max_tokens: int | None, limit: int | None = None
+) -> Sampling:
+    """Sampling fields of a completion or chat request, range-checked (``max_tokens`` and
+    ``max_completion_tokens`` within 1..``limit``, the server's max_tokens_limit)."""
     _refuse_unsupported(body)
     max_tokens = field(body, "max_completion_tokens", int, None)
     if max_tokens is None:
         max_tokens = field(body, "max_tokens", int, default_max_tokens)
-    else:
-        field(body, "max_tokens", int, None)  # type-check it anyway
-    if max_tokens is not None and max_tokens < 1:
-        raise bad_request(f"field 'max_tokens' must be >= 1, got {max_tokens}")
+    for name in ("max_tokens", "max_completion_tokens"):  # both checked, even the unused one
+        number_in(field(body, name, int, None), name, 1, limit)
     temperature = field(body, "temperature", float, 1.0)
     number_in(temperature, "temperature", 0.0, 2.0)
     top_p = field(body, "top_p", float, 1.0)
@@ -144,12 +146,20 @@ def parse_prompts(body: dict[str, Any]) -> list[str | list[int]]:
         )
     for p in prompts:
         ok = isinstance(p, str) or (isinstance(p, list) and all(_is_token(t) for t in p))
+        if isinstance(p, str) and not _PROMPT_TEXT.search(p):
+            ok = False  # control characters alone (some encode to no token)
         if not ok or not p:
             raise bad_request(f"field 'prompt' has an invalid or empty item: {str(p)[:80]}")
-    return prompts
+    return [p if isinstance(p, str) else [int(t) for t in p] for p in prompts]
+
+
+_PROMPT_TEXT = re.compile("[^\x00-\x08\x0b\x0c\x0e-\x1f]")
 
 
 def _is_token(t: Any) -> bool:
+    """An integer (JSON Schema's: 42.0 is one too)."""
+    if isinstance(t, float):
+        return t.is_integer() and abs(t) < 2**63
     return isinstance(t, int) and not isinstance(t, bool)
 
 

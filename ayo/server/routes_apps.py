@@ -31,13 +31,15 @@ class AppInput:
     required: bool
 
     def check(self, value: Any) -> None:
-        """400 naming the input when ``value`` has the wrong JSON type."""
-        if self.type == "string" and not isinstance(value, str):
-            raise bad_request(f"input {self.name!r} must be a string")
+        """400 naming the input when ``value`` has the wrong JSON type or holds no text."""
+        if self.type == "string" and not (isinstance(value, str) and value.strip()):
+            raise bad_request(f"input {self.name!r} must be a non-blank string")
         if self.type == "array of strings" and not (
-            isinstance(value, list) and all(isinstance(v, str) for v in value)
+            isinstance(value, list)
+            and value
+            and all(isinstance(v, str) and v.strip() for v in value)
         ):
-            raise bad_request(f"input {self.name!r} must be an array of strings")
+            raise bad_request(f"input {self.name!r} must be a non-empty array of non-blank strings")
 
 
 def app_inputs(state: ServerState, name: str) -> list[AppInput]:

@@ -151,6 +151,9 @@ class SamplingParams:
             raise InvalidRequest(f"top_k must be an integer >= 0 (0 keeps all), got {self.top_k}")
         if not 0 < self.top_p <= 1:
             raise InvalidRequest(f"top_p must be in (0, 1], got {self.top_p}")
+        # A top_p below float32's range would round to 0 in the sampler; any tiny top_p keeps
+        # exactly the likeliest token, as this one does.
+        object.__setattr__(self, "top_p", max(float(self.top_p), MIN_TOP_P))
         if self.seed is not None and (not _is_int(self.seed) or not 0 <= self.seed < 2**63):
             raise InvalidRequest(f"seed must be an integer in [0, 2**63), got {self.seed}")
         if not 0 < self.repetition_penalty <= MAX_PENALTY:
@@ -176,6 +179,7 @@ class SamplingParams:
 
 
 MAX_TEMPERATURE = 2.0
+MIN_TOP_P = 1e-9
 MAX_PENALTY = 2.0
 
 

@@ -8,6 +8,7 @@ The event loop never blocks on the model: requests become commands in a queue gu
 from __future__ import annotations
 
 import asyncio
+import functools
 import itertools
 import logging
 import os
@@ -182,12 +183,30 @@ class LLMEngine:
 
     # ---- tokens ---------------------------------------------------------------------------
 
+    @functools.cached_property
+    def max_token_chars(self) -> int:
+        """The most characters one token stands for (the longest vocabulary entry; byte-level
+        entries count bytes, never fewer than the characters they decode to)."""
+        return max(map(len, self.tokenizer.get_vocab()), default=1)
+
+    def tokenize(self, text: str, *, add_special_tokens: bool = False) -> list[int]:
+        """Text -> token ids. A text longer than the context window could hold however it
+        tokenizes (over ``max_model_len * max_token_chars`` characters) raises
+        ``ContextLengthExceeded`` at once, without spending time proportional to it."""
+        if self.tokenizer is None:
+            raise InvalidRequest("this model has no tokenizer: pass token ids")
+        if len(text) > self.max_model_len * self.max_token_chars:
+            raise ContextLengthExceeded(
+                f"the text has {len(text)} characters: more than the context window of "
+                f"{self.max_model_len} tokens holds (a token is at most {self.max_token_chars} "
+                "characters); shorten it"
+            )
+        return self.tokenizer(text, add_special_tokens=add_special_tokens)["input_ids"]
+
     def encode(self, prompt: Prompt, *, add_special_tokens: bool = False) -> list[int]:
         """Text -> token ids (a token-id list passes through, checked)."""
         if isinstance(prompt, str):
-            if self.tokenizer is None:
-                raise InvalidRequest("this model has no tokenizer: pass token ids")
-            ids = self.tokenizer(prompt, add_special_tokens=add_special_tokens)["input_ids"]
+            ids = self.tokenize(prompt, add_special_tokens=add_special_tokens)
         else:
             ids = [int(t) for t in prompt]
         if not ids:
@@ -204,7 +223,7 @@ class LLMEngine:
         text = self.tokenizer.apply_chat_template(
             messages, tokenize=False, add_generation_prompt=add_generation_prompt
         )
-        return self.tokenizer(text, add_special_tokens=False)["input_ids"]
+        return self.tokenize(text)
 
     # ---- primitives -----------------------------------------------------------------------
 

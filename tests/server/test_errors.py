@@ -13,6 +13,8 @@ Q = "/v1/apps/short_rag/query"
 
 
 async def _post(url: str, path: str, **kw) -> tuple[int, dict]:
+    if "data" in kw:
+        kw["headers"] = {"content-type": "application/json", **kw.get("headers", {})}
     async with aiohttp.ClientSession() as s, s.post(url + path, **kw) as r:
         return r.status, await error_of(r)
 
@@ -24,13 +26,15 @@ async def _post(url: str, path: str, **kw) -> tuple[int, dict]:
         (b"[1, 2]", "must be an object"),
         (b"", "needs a JSON body"),
         (b'{"inputs": "what?"}', "'inputs' must be an object"),
-        (b'{"inputs": {"question": 7}}', "'question' must be a string"),
+        (b'{"inputs": {"question": 7}}', "'question' must be a non-blank string"),
+        (b'{"inputs": {"question": "  "}}', "'question' must be a non-blank string"),
         (b'{"inputs": {"question": "q", "colour": "red"}}', "has no inputs ['colour']"),
         (b'{"inputs": {}}', "needs inputs ['question']"),
         (b'{"inputs": {"question": "q"}, "stream": "yes"}', "'stream' must be a boolean"),
         (b'{"inputs": {"question": "q"}, "deadline": -1}', "'deadline' must be >= 0.001"),
         (b'{"inputs": {"question": "q"}, "optimise": true}', "unknown field(s) ['optimise']"),
-        (b'{"inputs": {"question": "q", "documents": [1]}}', "array of strings"),
+        (b'{"inputs": {"question": "q", "documents": [1]}}', "array of non-blank strings"),
+        (b'{"inputs": {"question": "q", "documents": []}}', "non-empty array"),
     ],
 )
 async def test_bad_query_bodies_are_400(server_url: str, body: bytes, needle: str) -> None:

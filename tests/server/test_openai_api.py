@@ -36,7 +36,11 @@ def engine_generate(server, prompt, **sampling):
 async def post(url, path, body):
     async with (
         aiohttp.ClientSession() as s,
-        s.post(url + path, data=body if isinstance(body, bytes) else json.dumps(body)) as r,
+        s.post(
+            url + path,
+            data=body if isinstance(body, bytes) else json.dumps(body),
+            headers={"content-type": "application/json"},
+        ) as r,
     ):
         return r.status, await r.json()
 
