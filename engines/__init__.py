@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from .docstore import DocumentStore
     from .embedder import Embedder, EmbedderConfig
     from .errors import (
+        AlreadyStored,
         DimensionMismatch,
         DuplicateId,
         EngineClosed,
@@ -40,6 +41,7 @@ _EXPORTS = {
     "DocumentStore": "docstore",
     "Embedder": "embedder",
     "EmbedderConfig": "embedder",
+    "AlreadyStored": "errors",
     "DimensionMismatch": "errors",
     "DuplicateId": "errors",
     "EngineClosed": "errors",
@@ -60,6 +62,7 @@ _EXPORTS = {
 }
 
 __all__ = [
+    "AlreadyStored",
     "BatchConfig",
     "BatchingEngine",
     "Chunker",

@@ -20,12 +20,13 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import ctypes
 import functools
 import logging
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Generic, TypeVar
@@ -88,15 +89,19 @@ class BatchConfig:
 
     Attributes:
         max_batch_items: most queued requests the worker takes in one round (>= 1).
+        max_background_items: most background requests (bulk ingest) in one round: an
+            interactive request waits at most one such round.
         num_threads: torch intra-op threads the worker thread uses (None: leave torch's setting).
     """
 
     max_batch_items: int = 512
+    max_background_items: int = 8
     num_threads: int | None = None
 
     def __post_init__(self) -> None:
-        if self.max_batch_items < 1:
-            raise ValueError(f"max_batch_items must be >= 1, got {self.max_batch_items}")
+        for name in ("max_batch_items", "max_background_items"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.num_threads is not None and self.num_threads < 1:
             raise ValueError(f"num_threads must be >= 1 or None, got {self.num_threads}")
 
@@ -143,6 +148,10 @@ def _deliver(future: asyncio.Future, result: object) -> None:
         future.set_result(result)
 
 
+BACKGROUND_POLL_S = 0.02
+BACKGROUND_MAX_DEFER_S = 1.0
+
+
 class BatchingEngine(Generic[Req, Res]):
     """Base of the embedder, reranker, vector index and keyword engines.
 
@@ -155,6 +164,10 @@ class BatchingEngine(Generic[Req, Res]):
         self.batch_config = batch or BatchConfig()
         self._cond = threading.Condition()
         self._queue: collections.deque[_Pending[Req] | _Unit[Req]] = collections.deque()
+        self._background: collections.deque[_Pending[Req]] = collections.deque()
+        # Called by the worker: False while other work (in other engines) should have the
+        # cores, e.g. requests in flight on a server; background rounds then wait for it.
+        self.background_gate: Callable[[], bool] | None = None
         self._closed = False
         self._thread: threading.Thread | None = None
         self._stats = EngineStats(name=name)
@@ -177,13 +190,19 @@ class BatchingEngine(Generic[Req, Res]):
         return (await self._enqueue([request], as_unit=False))[0]
 
     async def submit_many(
-        self, requests: Sequence[Req], *, return_exceptions: bool = False
+        self,
+        requests: Sequence[Req],
+        *,
+        return_exceptions: bool = False,
+        background: bool = False,
     ) -> list[Res | BaseException]:
         """Queue many requests (batched freely with others'); results in order.
 
         Raises the first error unless ``return_exceptions`` (then errors sit in their slots).
+        ``background`` requests (bulk work such as ingest) run only when no other request is
+        queued, ``max_background_items`` per round.
         """
-        futures = self._futures(requests, as_unit=False)
+        futures = self._futures(requests, as_unit=False, background=background)
         results = await asyncio.gather(*futures, return_exceptions=True)
         if not return_exceptions:
             for r in results:
@@ -199,7 +218,9 @@ class BatchingEngine(Generic[Req, Res]):
     async def _enqueue(self, requests: Sequence[Req], *, as_unit: bool) -> list[Res]:
         return list(await asyncio.gather(*self._futures(requests, as_unit=as_unit)))
 
-    def _futures(self, requests: Sequence[Req], *, as_unit: bool) -> list[asyncio.Future]:
+    def _futures(
+        self, requests: Sequence[Req], *, as_unit: bool, background: bool = False
+    ) -> list[asyncio.Future]:
         loop = asyncio.get_running_loop()
         futures: list[asyncio.Future] = []
         accepted: list[_Pending[Req]] = []
@@ -214,10 +235,10 @@ class BatchingEngine(Generic[Req, Res]):
                 continue
             accepted.append(_Pending(request, future, loop))
         if accepted:
-            self._put(accepted, as_unit)
+            self._put(accepted, as_unit, background)
         return futures
 
-    def _put(self, items: list[_Pending[Req]], as_unit: bool) -> None:
+    def _put(self, items: list[_Pending[Req]], as_unit: bool, background: bool = False) -> None:
         with self._cond:
             if self._closed:
                 raise EngineClosed(f"engine {self.name!r} is closed")
@@ -228,18 +249,36 @@ class BatchingEngine(Generic[Req, Res]):
                 self._thread.start()
             if as_unit:
                 self._queue.append(_Unit(items))
+            elif background:
+                self._background.extend(items)
             else:
                 self._queue.extend(items)
             self._stats.submitted += len(items)
             self._cond.notify()
 
+    def _background_may_run(self, deferred_s: float) -> bool:
+        """Background work runs when ``background_gate`` allows it (None: always) or after it
+        has been held back ``BACKGROUND_MAX_DEFER_S`` (bulk work never starves)."""
+        gate = self.background_gate
+        return gate is None or deferred_s >= BACKGROUND_MAX_DEFER_S or bool(gate())
+
     # -- worker -------------------------------------------------------------------------------
     def _take(self) -> list[_Pending[Req]] | None:
+        deferred_since: float | None = None
         with self._cond:
-            while not self._queue and not self._closed:
-                self._cond.wait()
-            if not self._queue:
-                return None
+            while True:
+                while not self._queue and not self._background and not self._closed:
+                    self._cond.wait()
+                if self._queue:
+                    break
+                if not self._background:
+                    return None
+                now = time.monotonic()
+                deferred_since = deferred_since or now
+                if self._closed or self._background_may_run(now - deferred_since):
+                    n = min(len(self._background), self.batch_config.max_background_items)
+                    return [self._background.popleft() for _ in range(n)]
+                self._cond.wait(BACKGROUND_POLL_S)
             head = self._queue[0]
             if isinstance(head, _Unit):
                 self._queue.popleft()
@@ -259,7 +298,7 @@ class BatchingEngine(Generic[Req, Res]):
         self.on_worker_start()
         while True:
             with self._cond:
-                idle = not self._queue
+                idle = not self._queue and not self._background
             if idle:
                 release_openmp_threads()
             if (taken := self._take()) is None:
@@ -318,14 +357,22 @@ class BatchingEngine(Generic[Req, Res]):
         """A snapshot of the engine's counters."""
         with self._stats_lock, self._cond:
             snap = EngineStats(**{**self._stats.__dict__, "extra": dict(self._stats.extra)})
-            snap.queue_depth = sum(len(q.items) if isinstance(q, _Unit) else 1 for q in self._queue)
+            snap.queue_depth = len(self._background) + sum(
+                len(q.items) if isinstance(q, _Unit) else 1 for q in self._queue
+            )
         return snap
 
     def close(self, timeout: float | None = 10.0) -> None:
-        """Stop accepting requests; finish the queued ones; join the worker."""
+        """Stop accepting requests; finish the queued interactive ones, fail the background
+        ones with ``EngineClosed`` (bulk work is not acknowledged yet); join the worker."""
+        closed = EngineClosed(f"engine {self.name!r} is closed")
         with self._cond:
             self._closed = True
+            dropped, self._background = list(self._background), collections.deque()
             self._cond.notify_all()
             thread = self._thread
+        for pending in dropped:
+            with contextlib.suppress(RuntimeError):  # the caller's loop is closed already
+                pending.loop.call_soon_threadsafe(_deliver, pending.future, closed)
         if thread is not None and thread is not threading.current_thread():
             thread.join(timeout)

@@ -63,6 +63,18 @@ class StoredDocument:
     chunk_ids: list[int]
 
 
+@dataclass(frozen=True)
+class DocumentInfo:
+    """A stored document without its text: ``row`` orders the listing (and pages it)."""
+
+    row: int
+    key: str
+    title: str
+    metadata: dict
+    chars: int
+    chunks: int
+
+
 class DocumentStore:
     """SQLite-backed documents/chunks/vectors (see the module docstring)."""
 
@@ -201,6 +213,21 @@ class DocumentStore:
                 (collection, key),
             ).fetchone()
         return None if row is None else Document(row[0], row[1], row[2], json.loads(row[3]))
+
+    def list_documents(
+        self, collection: str, after: int = 0, limit: int = 100
+    ) -> list[DocumentInfo]:
+        """Up to ``limit`` documents of the collection in storage order, starting after the row
+        ``after`` (0: from the first; a page's last ``row`` continues it)."""
+        self.collection(collection)  # UnknownCollection
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT d.id, d.key, d.title, d.metadata, length(d.text), "
+                "(SELECT count(*) FROM chunks k WHERE k.doc_id = d.id) "
+                "FROM documents d WHERE d.collection = ? AND d.id > ? ORDER BY d.id LIMIT ?",
+                (collection, after, limit),
+            ).fetchall()
+        return [DocumentInfo(r[0], r[1], r[2], json.loads(r[3]), r[4], r[5]) for r in rows]
 
     # -- chunks -------------------------------------------------------------------------------
     def chunk_ids(self, collection: str) -> np.ndarray:

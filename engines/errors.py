@@ -34,5 +34,10 @@ class DuplicateId(InvalidRequest):
     """An id being added already exists (in the collection, or twice in the same request)."""
 
 
+class AlreadyStored(DuplicateId):
+    """A document id being ingested is stored already (a conflict with the collection's state,
+    where ``DuplicateId`` alone may also mean an id repeated within one request)."""
+
+
 class DimensionMismatch(InvalidRequest):
     """A vector's dimension differs from the collection's."""

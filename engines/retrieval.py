@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
@@ -19,7 +20,7 @@ import numpy as np
 from .chunker import Chunker, ChunkerConfig
 from .docstore import DocumentStore
 from .embedder import EmbeddingBatch
-from .errors import DuplicateId, InvalidRequest, UnknownCollection
+from .errors import AlreadyStored, DuplicateId, InvalidRequest, UnknownCollection
 from .keyword_index import KeywordIndex
 from .records import Document, Hit
 from .vector_collection import IndexConfig
@@ -37,7 +38,9 @@ class TextEncoder(Protocol):
 
     def token_spans(self, text: str) -> list[tuple[int, int]]: ...
 
-    async def embed_batch(self, texts: list[str]) -> EmbeddingBatch: ...
+    async def embed_batch(
+        self, texts: list[str], *, background: bool = False
+    ) -> EmbeddingBatch: ...
 
 
 @dataclass(frozen=True)
@@ -126,6 +129,10 @@ class RetrievalStore:
                                          info.kind if info else "none"))  # fmt: skip
         return out
 
+    def list_documents(self, collection: str, after: int = 0, limit: int = 100) -> list:
+        """Stored documents without their text (``DocumentStore.list_documents``)."""
+        return self.store.list_documents(collection, after, limit)
+
     def _require(self, collection: str) -> None:
         if not self.vectors.has_collection(collection):
             raise UnknownCollection(f"unknown collection {collection!r}")
@@ -147,11 +154,16 @@ class RetrievalStore:
             raise DuplicateId("the same document id appears twice in one ingest")
         existing = await asyncio.to_thread(self.store.existing_keys, collection, keys)
         if existing and on_duplicate == "error":
-            raise DuplicateId(f"documents already in {collection!r}: {sorted(existing)[:5]}")
+            raise AlreadyStored(f"documents already in {collection!r}: {sorted(existing)[:5]}")
         documents = [d for d in documents if d.id not in existing]
-        chunks = await asyncio.to_thread(lambda: [self._split(d) for d in documents])
+        stop = threading.Event()  # a cancelled ingest stops chunking within a section
+        try:
+            chunks = await asyncio.to_thread(lambda: [self._split(d, stop) for d in documents])
+        except asyncio.CancelledError:
+            stop.set()
+            raise
         inputs = [self._embed_input(d, c) for d, cs in zip(documents, chunks) for c in cs]
-        batch = await self.embedder.embed_batch(inputs) if inputs else None
+        batch = await self.embedder.embed_batch(inputs, background=True) if inputs else None
         vectors, start = [], 0
         for cs in chunks:
             vectors.append(batch.vectors[start : start + len(cs)] if batch else np.zeros((0, 0)))
@@ -168,11 +180,11 @@ class RetrievalStore:
         return IngestAck(collection, len(documents), len(ids),
                          batch.num_truncated if batch else 0, sorted(existing))  # fmt: skip
 
-    def _split(self, doc: Document) -> list[str]:
+    def _split(self, doc: Document, stop: threading.Event | None = None) -> list[str]:
         budget = None
         if self.config.embed_title and doc.title:
             budget = self.chunker.config.chunk_tokens - len(self.embedder.token_spans(doc.title))
-        return self.chunker.split(doc.text, max(budget, 32) if budget is not None else None)
+        return self.chunker.split(doc.text, max(budget, 32) if budget is not None else None, stop)
 
     def _embed_input(self, doc: Document, chunk: str) -> str:
         return f"{doc.title}\n{chunk}" if self.config.embed_title and doc.title else chunk

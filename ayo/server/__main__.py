@@ -37,6 +37,9 @@ def build_parser() -> argparse.ArgumentParser:
     a("--corpus-limit", type=int, help="ingest only the first N corpus documents")
     a("--collection", help="collection of the corpus, searched by the apps (default wiki)")
     a("--max-body-mb", type=float, help="largest request body in MiB (default 16)")
+    a("--max-document-mb", type=float, help="largest ingested document in MiB (default 16)")
+    a("--shutdown-timeout-s", type=float,
+      help="on SIGTERM, seconds requests in flight may take before they are cancelled (default 10)")  # fmt: skip
     a("--max-concurrent-queries", type=int, help="queries in flight before 429 (default 64)")
     a("--query-timeout-s", type=float, help="deadline of a query that sets none (default 300)")
     a("--max-tokens-limit", type=int, help="largest max_tokens a request may ask (default 2048)")

@@ -38,9 +38,12 @@ class ServerConfig:
         corpus_limit: ingest only the first N corpus documents (trials, tests).
         collection: the collection apps search when a query brings no documents.
         max_body_mb: request bodies above this are refused (413).
+        max_document_mb: an ingested document whose text is larger is refused (413).
         max_concurrent_queries: queries in flight beyond which new ones get 429.
         query_timeout_s: a query's deadline when the request gives none (never hang).
         max_tokens_limit: the largest ``max_tokens`` an OpenAI-style request may ask for.
+        shutdown_timeout_s: on SIGTERM, how long requests in flight may take before they are
+            cancelled (an ingest not yet acknowledged is cancelled and stores nothing).
         log_level: DEBUG, INFO, WARNING, ERROR.
         gc_tuning: once loaded, freeze the startup heap and raise the young-generation GC
             threshold (:func:`ayo.scheduler.serving_gc.configure_gc_for_serving`): halves the
@@ -57,17 +60,20 @@ class ServerConfig:
     corpus_limit: int | None = None
     collection: str = "wiki"
     max_body_mb: float = 16.0
+    max_document_mb: float = 16.0
     max_concurrent_queries: int = 64
     query_timeout_s: float = 300.0
     max_tokens_limit: int = 2048
+    shutdown_timeout_s: float = 10.0
     log_level: str = "INFO"
     gc_tuning: bool = True
 
     def __post_init__(self) -> None:
         if not 0 <= self.port <= 65535:
             raise ValueError(f"port must be 0..65535 (0: any free port), got {self.port}")
-        if self.max_body_mb <= 0:
-            raise ValueError(f"max_body_mb must be > 0, got {self.max_body_mb}")
+        for name in ("max_body_mb", "max_document_mb", "shutdown_timeout_s"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
         if self.max_concurrent_queries < 1:
             raise ValueError(
                 f"max_concurrent_queries must be >= 1, got {self.max_concurrent_queries}"

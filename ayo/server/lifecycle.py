@@ -92,6 +92,9 @@ def make_state(config: ServerConfig, llm: Any, embedder: Any, store: Any) -> Ser
         },
         "data_dir": str(config.data_path),
     }
+    admission = Admission(config.max_concurrent_queries)
+    # Ingest embeds yield the shared cores to requests in flight (engines/base.py bounds the wait)
+    embedder.background_gate = lambda: app.in_flight == 0 and admission.in_flight == 0
     return ServerState(
         app=app,
         llm=llm,
@@ -100,7 +103,7 @@ def make_state(config: ServerConfig, llm: Any, embedder: Any, store: Any) -> Ser
         config=config,
         llm_id=loaded["llm"]["id"],
         embedder_id=loaded["embedder"]["id"],
-        admission=Admission(config.max_concurrent_queries),
+        admission=admission,
         loaded=loaded,
     )
 

@@ -25,7 +25,7 @@ MAX_DOCUMENTS = 10_000
 _DOC_FIELDS = frozenset({"id", "text", "title", "metadata"})
 
 
-def _documents(body: dict[str, Any]) -> list[Any]:
+def _documents(body: dict[str, Any], max_document_mb: float) -> list[Any]:
     from ayo.engines import Document
 
     reject_unknown(body, {"documents", "on_duplicate"}, "the ingest body")
@@ -46,12 +46,20 @@ def _documents(body: dict[str, Any]) -> list[Any]:
         text = row.get("text")
         if not isinstance(text, str) or not text.strip():
             raise bad_request(f"{where}.text must be a non-empty string")
-        title = row.get("title") or ""
-        metadata = row.get("metadata") or {}
-        if not isinstance(title, str):
+        if len(text) > max_document_mb * 2**20:
+            raise ApiError(
+                413,
+                "request_too_large",
+                f"{where}.text has {len(text) / 2**20:.1f} Mi characters; a document may have "
+                f"at most {max_document_mb:g} Mi (the server sets it: --max-document-mb)",
+            )
+        title = row.get("title")
+        metadata = row.get("metadata")
+        if title is not None and not isinstance(title, str):
             raise bad_request(f"{where}.title must be a string")
-        if not isinstance(metadata, dict):
+        if metadata is not None and not isinstance(metadata, dict):
             raise bad_request(f"{where}.metadata must be an object")
+        title, metadata = title or "", metadata or {}
         docs.append(Document(id=str(doc_id), text=text, title=title, metadata=metadata))
     return docs
 
@@ -65,13 +73,13 @@ async def ingest(request: web.Request) -> web.Response:
     """Chunk, embed and store documents in collection ``name`` (created when new). Returns
     ``{"collection", "ingested", "duplicates", "chunks"}``; duplicates (ids already stored) are
     skipped, or refused with 400 when ``on_duplicate`` is ``"error"``."""
-    from ayo.engines import InvalidRequest
+    from ayo.engines import AlreadyStored, InvalidRequest
     from ayo.engines.vector_index import check_collection_name
 
     state = request.app[STATE]
     name = request.match_info["name"]
     body = await read_json(request)
-    docs = _documents(body)
+    docs = _documents(body, state.config.max_document_mb)
     on_duplicate = field(body, "on_duplicate", str, "skip")
     if on_duplicate not in ("skip", "error"):
         raise bad_request("field 'on_duplicate' must be 'skip' or 'error'")
@@ -79,8 +87,15 @@ async def ingest(request: web.Request) -> web.Response:
         check_collection_name(name)
         if name not in {c.name for c in state.store.collections()}:
             state.store.create_collection(name)
-        # shielded: a client that goes away does not leave an ingest half-indexed
-        ack = await asyncio.shield(_ingest(state, name, docs, on_duplicate))
+        # Shielded: a client that goes away does not leave an ingest half-indexed. Shutdown
+        # cancels it (before its commit nothing is stored; after it, the index catches up
+        # from the store at the next start).
+        task = asyncio.ensure_future(_ingest(state, name, docs, on_duplicate))
+        state.ingests.add(task)
+        task.add_done_callback(state.ingests.discard)
+        ack = await asyncio.shield(task)
+    except AlreadyStored as exc:  # on_duplicate "error": a conflict with what is stored
+        raise ApiError(409, "conflict_error", str(exc)) from None
     except InvalidRequest as exc:
         raise bad_request(str(exc)) from None
     except ValueError as exc:  # an invalid collection name
@@ -123,6 +138,51 @@ async def get_collection(request: web.Request) -> web.Response:
         if c.name == name:
             return web.json_response(_collection_json(c))
     raise ApiError(404, "not_found_error", f"unknown collection {name!r}")
+
+
+async def list_documents(request: web.Request) -> web.Response:
+    """``GET /v1/collections/{name}/documents?limit=100&after=CURSOR``: the stored documents
+    (``id``, ``title``, ``metadata``, ``chars``, ``chunks``) in the order they were stored, and
+    ``next``, the cursor of the following page (null on the last)."""
+    from ayo.engines import UnknownCollection
+
+    store = request.app[STATE].store
+    name = request.match_info["name"]
+    limit = _int_param(request, "limit", 100, 1, 1000)
+    after = _int_param(request, "after", 0, 0, 2**63 - 1)
+    try:
+        rows = await asyncio.to_thread(store.list_documents, name, after, limit + 1)
+    except UnknownCollection:
+        raise ApiError(404, "not_found_error", f"unknown collection {name!r}") from None
+    more = len(rows) > limit
+    rows = rows[:limit]
+    return web.json_response(
+        {
+            "documents": [
+                {
+                    "id": r.key,
+                    "title": r.title,
+                    "metadata": r.metadata,
+                    "chars": r.chars,
+                    "chunks": r.chunks,
+                }
+                for r in rows
+            ],
+            "next": str(rows[-1].row) if more else None,
+        }
+    )
+
+
+def _int_param(request: web.Request, name: str, default: int, low: int, high: int | None) -> int:
+    raw = request.query.get(name)
+    if raw is None:
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise bad_request(f"query parameter {name!r} must be an integer, got {raw!r}") from None
+    number_in(value, name, low, high)
+    return value
 
 
 async def search(request: web.Request) -> web.Response:
@@ -169,5 +229,6 @@ async def search(request: web.Request) -> web.Response:
 def add_routes(app: web.Application) -> None:
     app.router.add_post("/v1/collections/{name}/search", search)
     app.router.add_post("/v1/collections/{name}/documents", ingest)
+    app.router.add_get("/v1/collections/{name}/documents", list_documents)
     app.router.add_get("/v1/collections", list_collections)
     app.router.add_get("/v1/collections/{name}", get_collection)

@@ -19,13 +19,14 @@ from ayo.server.lifecycle import build_state, close_state, ensure_corpus
 
 log = logging.getLogger(__name__)
 
-SHUTDOWN_TIMEOUT_S = 10.0  # requests in flight at SIGTERM get this long, then are cancelled
 
-
-async def start_site(app: web.Application, host: str, port: int) -> tuple[web.AppRunner, int]:
+async def start_site(
+    app: web.Application, host: str, port: int, shutdown_timeout: float = 10.0
+) -> tuple[web.AppRunner, int]:
     """Listen on ``host:port`` (0: a free port); returns the runner and the bound port. A client
-    that disconnects cancels its handler (and so its query)."""
-    runner = web.AppRunner(app, handler_cancellation=True, shutdown_timeout=SHUTDOWN_TIMEOUT_S)
+    that disconnects cancels its handler (and so its query); at shutdown, handlers still running
+    after ``shutdown_timeout`` seconds are cancelled."""
+    runner = web.AppRunner(app, handler_cancellation=True, shutdown_timeout=shutdown_timeout)
     await runner.setup()
     site = web.TCPSite(runner, host, port)
     await site.start()
@@ -34,6 +35,17 @@ async def start_site(app: web.Application, host: str, port: int) -> tuple[web.Ap
         bound = sock.getsockname()[1]
         break
     return runner, bound
+
+
+async def cancel_ingests(state) -> None:
+    """Cancel the ingests still running: none was acknowledged, so nothing acknowledged is
+    lost; an ingest inside its commit finishes it (the store's lock waits for it)."""
+    tasks = list(state.ingests)
+    for task in tasks:
+        task.cancel()
+    if tasks:
+        log.info("cancelled %d ingest(s) not yet acknowledged", len(tasks))
+        await asyncio.gather(*tasks, return_exceptions=True)
 
 
 async def serve(config: ServerConfig) -> None:
@@ -54,7 +66,9 @@ async def serve(config: ServerConfig) -> None:
             from ayo.scheduler.serving_gc import configure_gc_for_serving
 
             configure_gc_for_serving()
-        runner, port = await start_site(create_app(state), config.host, config.port)
+        runner, port = await start_site(
+            create_app(state), config.host, config.port, config.shutdown_timeout_s
+        )
         auth = "API key required" if config.api_key else "no API key"
         log.info(
             "listening on http://%s:%d (%s); data in %s", config.host, port, auth, config.data_path
@@ -63,7 +77,8 @@ async def serve(config: ServerConfig) -> None:
         log.info("shutting down")
     finally:
         if runner is not None:
-            await runner.cleanup()
+            await runner.cleanup()  # stops listening; waits up to shutdown_timeout_s
+        await cancel_ingests(state)
         await close_state(state)
         if config.gc_tuning:
             # Give the frozen startup heap back to the collector: left frozen, the objects it

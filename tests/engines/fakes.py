@@ -30,7 +30,7 @@ class HashEncoder:
     def token_spans(self, text: str) -> list[tuple[int, int]]:
         return [m.span() for m in _WORD.finditer(text)]
 
-    async def embed_batch(self, texts: list[str]) -> EmbeddingBatch:
+    async def embed_batch(self, texts: list[str], *, background: bool = False) -> EmbeddingBatch:
         self.calls += 1
         vectors = np.stack([hash_vector(t, self.dim) for t in texts]) if texts else None
         n = len(texts)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 
 import pytest
 
@@ -80,6 +81,56 @@ async def test_cancelled_requests_are_skipped():
     assert await first == 2
     assert await engine.submit(3) == 6
     assert 2 not in [s for s in engine.sizes if s > 1]
+    engine.close()
+
+
+async def test_background_work_yields_to_interactive_requests():
+    """Bulk work (ingest) runs max_background_items per round and only when nothing else waits:
+    a request arriving behind 40 background ones waits for at most one round."""
+    engine = Doubler()
+    engine.batch_config = BatchConfig(max_batch_items=64, max_background_items=4)
+    order: list[int] = []
+    real = engine.run_batch
+
+    def run_batch(requests):
+        order.extend(requests)
+        return real(requests)
+
+    engine.run_batch = run_batch
+    bulk = asyncio.ensure_future(engine.submit_many(list(range(100, 140)), background=True))
+    await asyncio.sleep(0.05)  # the worker took its first round and waits on the gate
+    urgent = asyncio.ensure_future(engine.submit(1))
+    await asyncio.sleep(0.05)
+    engine.gate.set()
+    assert await urgent == 2 and await bulk == [2 * i for i in range(100, 140)]
+    assert order.index(1) <= 4  # after the first background round, before all the others
+    assert max(engine.sizes) <= 4
+    # close() fails background work still queued (not acknowledged) instead of finishing it
+    engine.gate.clear()
+    doomed = asyncio.ensure_future(engine.submit_many(list(range(200, 240)), background=True))
+    await asyncio.sleep(0.05)
+    engine.gate.set()
+    engine.close()
+    with pytest.raises(EngineClosed):
+        await doomed
+
+
+async def test_background_work_waits_for_its_gate_at_most_a_bounded_time(monkeypatch):
+    from ayo.engines import base
+
+    monkeypatch.setattr(base, "BACKGROUND_MAX_DEFER_S", 0.3)
+    engine = Doubler()
+    engine.gate.set()
+    busy = [True]
+    engine.background_gate = lambda: not busy[0]
+    start = time.perf_counter()
+    assert await engine.submit_many([1, 2], background=True) == [2, 4]
+    assert time.perf_counter() - start >= 0.3  # held back while "busy", then run anyway
+    assert await engine.submit(3) == 6  # interactive work never waits for the gate
+    busy[0] = False
+    start = time.perf_counter()
+    assert await engine.submit_many([4], background=True) == [8]
+    assert time.perf_counter() - start < 0.25
     engine.close()
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sqlite3
+import threading
 
 import numpy as np
 import pytest
@@ -28,6 +29,21 @@ def test_chunks_are_token_windows_with_overlap(minilm):
     assert chunker.split("short text") == ["short text"]
     with pytest.raises(ValueError, match="overlap"):
         ChunkerConfig(chunk_tokens=64, overlap=40)
+
+
+def test_a_long_text_is_tokenized_in_sections_with_the_same_spans(minilm, monkeypatch):
+    from ayo.engines import chunker as chunker_module
+
+    text = "  ".join(a.extract for a in load_wiki(limit=40))
+    chunker = Chunker(minilm.token_spans, ChunkerConfig(chunk_tokens=64, overlap=10))
+    whole = chunker.split(text)
+    monkeypatch.setattr(chunker_module, "SECTION_CHARS", 997)  # many cuts, some mid-sentence
+    assert chunker.spans(text) == minilm.token_spans(text)
+    assert chunker.split(text) == whole
+    stop = threading.Event()
+    stop.set()
+    with pytest.raises(InterruptedError):
+        chunker.split(text, stop=stop)
 
 
 def test_store_round_trip_and_rollback(tmp_path):

@@ -118,6 +118,7 @@ class _ServerThread:
             max_concurrent_queries=MAX_QUERIES,
             query_timeout_s=120,
             max_body_mb=1,
+            max_document_mb=0.5,
         )
         self.state = await build_state(config)
         self.state.app.add_workflow(short_rag())

@@ -55,17 +55,20 @@ class ServerProcess:
     """``python -m ayo.server --port 0`` in a subprocess (the log names the port); its log lines
     are collected. ``cwd`` is the working directory it starts in (the default: this process's)."""
 
-    def __init__(self, data_dir: Path, corpus_limit: int, cwd: Path | None = None) -> None:
+    def __init__(
+        self, data_dir: Path, corpus_limit: int, cwd: Path | None = None, args: tuple = ()
+    ) -> None:
         self.data_dir = data_dir
         self.corpus_limit = corpus_limit
         self.cwd = cwd
+        self.args = args
         self.url = ""
         self.lines: list[str] = []
 
     async def start(self) -> None:
         self.proc = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "ayo.server", "--port", "0",
-            "--data-dir", str(self.data_dir), "--corpus", "wiki", "--corpus-limit", str(self.corpus_limit),
+            "--data-dir", str(self.data_dir), "--corpus", "wiki", "--corpus-limit", str(self.corpus_limit), *self.args,
             cwd=self.cwd, stderr=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.DEVNULL,
         )  # fmt: skip
         await asyncio.wait_for(self._read_until("listening on"), timeout=120)

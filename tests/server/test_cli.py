@@ -69,10 +69,20 @@ def test_config_file_flags_and_env(tmp_path: Path, monkeypatch: pytest.MonkeyPat
             load_config(build_parser().parse_args(["--config", str(path)]))
 
 
+SHUTDOWN_S = 2
+
+
 @pytest.mark.slow  # two real server starts (models load in each): ~30-50 s on 2 cores
 async def test_restart_keeps_documents_and_embeds_nothing(tmp_path: Path) -> None:
+    """Also: SIGTERM during a large ingest exits 0 within the shutdown bound; the acknowledged
+    document survives, the interrupted one (never acknowledged) is not half stored."""
+    import asyncio
+    import time
+
     docs = [{"id": "zorblax", "text": "Zorblax is a purple gas giant orbiting the star Quenthari."}]
-    first = ServerProcess(tmp_path, corpus_limit=CORPUS)
+    big = [{"id": "big", "text": "A long page about the moons of Zorblax. " * 40_000}]  # 1.6 MB
+    args = ("--shutdown-timeout-s", str(SHUTDOWN_S), "--max-body-mb", "4")
+    first = ServerProcess(tmp_path, corpus_limit=CORPUS, args=args)
     await first.start()
     try:
         async with aiohttp.ClientSession() as s:
@@ -81,9 +91,18 @@ async def test_restart_keeps_documents_and_embeds_nothing(tmp_path: Path) -> Non
             url = first.url + "/v1/collections/notes/documents"
             async with s.post(url, json={"documents": docs}) as r:
                 assert (await r.json())["ingested"] == 1
+            pending = asyncio.ensure_future(s.post(url, json={"documents": big}))
+            await asyncio.sleep(1.5)  # the big ingest is chunking or embedding now
+            start = time.monotonic()
+            code = await first.stop()
+            stopped_in = time.monotonic() - start
+            with pytest.raises(aiohttp.ClientError):  # answered by no acknowledgement
+                (await pending).raise_for_status()
     finally:
-        code = await first.stop()
+        first.kill()
     assert code == 0, first.log()
+    assert stopped_in < SHUTDOWN_S + 20, (stopped_in, first.log())
+    assert "cancelled 1 ingest(s)" in first.log()
     assert f"{CORPUS} documents embedded at startup" in first.log()
     assert "closed the engines" in first.log()
 
@@ -96,6 +115,10 @@ async def test_restart_keeps_documents_and_embeds_nothing(tmp_path: Path) -> Non
             async with s.get(second.url + "/v1/collections") as r:
                 counts = {c["name"]: c["documents"] for c in (await r.json())["collections"]}
             assert counts == {"wiki": CORPUS, "notes": 1}
+            async with s.get(second.url + "/v1/collections/notes/documents") as r:
+                listing = await r.json()
+            assert [d["id"] for d in listing["documents"]] == ["zorblax"]
+            assert listing["next"] is None
             body = {"query": "Which star does Zorblax orbit?", "k": 1}
             async with s.post(second.url + "/v1/collections/notes/search", json=body) as r:
                 hit = (await r.json())["results"][0][0]
