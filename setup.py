@@ -75,6 +75,8 @@ setup(
             "accelerate>=0.30,<2",
             "openai>=1.40,<4",
         ],
+        # python -m benchmarks.fuzz: the server against its own OpenAPI document
+        "fuzz": ["schemathesis>=4.32,<5"],
     },
     entry_points={"console_scripts": ["ayo=ayo.__main__:main"]},
 )

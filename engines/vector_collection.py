@@ -225,6 +225,8 @@ class VectorCollection:
         return self._to_ids(scores, rows)
 
     def _to_ids(self, scores: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        if len(self._ids) == 0:  # an empty (or emptied) collection: every slot is missing
+            return np.full(rows.shape, -np.inf, np.float32), np.full(rows.shape, -1, np.int64)
         ids = np.where(rows >= 0, self._ids[np.clip(rows, 0, None)], -1)
         scores = np.where(rows >= 0, scores, -np.inf).astype(np.float32)
         return scores, ids.astype(np.int64)

@@ -18,6 +18,7 @@ def _errors(*statuses: int) -> dict[str, Any]:
         401: "missing or wrong API key (when the server has one)",
         404: "unknown model",
         413: "request body over the server's limit",
+        415: "a content-type other than application/json",
         422: "prompt over the model's context window (context_length_exceeded)",
         429: "the server is at its limit of concurrent requests",
         500: "the engine failed",
@@ -29,6 +30,7 @@ def _errors(*statuses: int) -> dict[str, Any]:
 
 
 _NULLABLE_INT = {"type": ["integer", "null"], "minimum": 1}
+_NON_BLANK = {"type": "string", "pattern": r"\S"}  # a character other than whitespace
 _STOP = {
     "description": "generation stops before the first occurrence of any (left out of the text)",
     "oneOf": [
@@ -95,7 +97,11 @@ _SAMPLING = {
         "description": "extension: keep generating past the end-of-sequence token",
     },
     "stream": {"type": "boolean", "default": False},
-    "stream_options": {"type": "object", "properties": {"include_usage": {"type": "boolean"}}},
+    "stream_options": {
+        "type": ["object", "null"],
+        "description": "only with stream: true",
+        "properties": {"include_usage": {"type": ["boolean", "null"]}},
+    },
 }
 _USAGE = {
     "type": "object",
@@ -107,10 +113,25 @@ _FINISH = {"type": ["string", "null"], "enum": ["stop", "length", None]}
 _SSE = {
     "text/event-stream": {
         "schema": {
-            "type": "string",
-            "description": "with stream: true, 'data: {chunk}' lines then 'data: [DONE]'",
+            "type": "object",
+            "description": "with stream: true, one event per chunk ('data: {chunk}'), then "
+            "'data: [DONE]'",
+            "properties": {"data": {"type": "string"}},
         }
     }
+}
+# stream_options with an option in it needs stream: true (OpenAI's rule)
+_STREAM_OPTIONS_NEED_STREAM = {
+    "if": {
+        "properties": {
+            "stream_options": {  # an object with an option that is not null
+                "type": "object",
+                "not": {"additionalProperties": {"type": "null"}},
+            }
+        },
+        "required": ["stream_options"],
+    },
+    "then": {"properties": {"stream": {"const": True}}, "required": ["stream"]},
 }
 
 
@@ -120,6 +141,11 @@ def _json(schema: dict[str, Any]) -> dict[str, Any]:
 
 def _object(required: list[str], **props: Any) -> dict[str, Any]:
     return {"type": "object", "required": required, "properties": props}
+
+
+def _request(required: list[str], **props: Any) -> dict[str, Any]:
+    """A completion or chat request body (sampling fields included)."""
+    return {**_object(required, **props, **_SAMPLING), "allOf": [_STREAM_OPTIONS_NEED_STREAM]}
 
 
 def _response(object_name: str, content: str, content_schema: dict[str, Any]) -> dict[str, Any]:
@@ -201,7 +227,7 @@ OPENAPI_PATHS: dict[str, Any] = {
             "requestBody": {
                 "required": True,
                 "content": _json(
-                    _object(
+                    _request(
                         ["model", "prompt"],
                         model={"type": "string"},
                         prompt={
@@ -217,7 +243,6 @@ OPENAPI_PATHS: dict[str, Any] = {
                                 },
                             ],
                         },
-                        **_SAMPLING,
                     )
                 ),
             },
@@ -226,7 +251,7 @@ OPENAPI_PATHS: dict[str, Any] = {
                     "description": "the completion (or its SSE chunks)",
                     "content": {**_json(_COMPLETION), **_SSE},
                 },
-                **_errors(400, 401, 404, 413, 422, 429, 500),
+                **_errors(400, 401, 404, 413, 415, 422, 429, 500),
             },
         }
     },
@@ -237,11 +262,10 @@ OPENAPI_PATHS: dict[str, Any] = {
             "requestBody": {
                 "required": True,
                 "content": _json(
-                    _object(
+                    _request(
                         ["model", "messages"],
                         model={"type": "string"},
                         messages={"type": "array", "minItems": 1, "items": _MESSAGE},
-                        **_SAMPLING,
                     )
                 ),
             },
@@ -250,7 +274,7 @@ OPENAPI_PATHS: dict[str, Any] = {
                     "description": "the reply (or its chat.completion.chunk SSE chunks)",
                     "content": {**_json(_CHAT), **_SSE},
                 },
-                **_errors(400, 401, 404, 413, 422, 429, 500),
+                **_errors(400, 401, 404, 413, 415, 422, 429, 500),
             },
         }
     },
@@ -266,10 +290,10 @@ OPENAPI_PATHS: dict[str, Any] = {
                         model={"type": "string"},
                         input={
                             "oneOf": [
-                                {"type": "string"},
+                                _NON_BLANK,
                                 {
                                     "type": "array",
-                                    "items": {"type": "string"},
+                                    "items": _NON_BLANK,
                                     "minItems": 1,
                                     "maxItems": 2048,
                                 },
@@ -310,7 +334,7 @@ OPENAPI_PATHS: dict[str, Any] = {
                         )
                     ),
                 },
-                **_errors(400, 401, 404, 413, 429, 500),
+                **_errors(400, 401, 404, 413, 415, 422, 429, 500),
             },
         }
     },
