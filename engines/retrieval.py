@@ -9,6 +9,7 @@ ones removed; nothing is re-embedded) and its keyword index is loaded from the s
 from __future__ import annotations
 
 import asyncio
+import collections
 import logging
 import threading
 from dataclasses import dataclass, field
@@ -143,19 +144,28 @@ class RetrievalStore:
     ) -> IngestAck:
         """Chunk, embed and store ``documents``; returns after the commit.
 
-        Raises ``UnknownCollection``, ``DuplicateId`` (``on_duplicate="error"``: an id already
-        stored or repeated in the batch; nothing is written), ``InvalidRequest``.
+        Raises ``UnknownCollection``, ``DuplicateId`` (``on_duplicate="error"``: an id repeated
+        in the batch; ``AlreadyStored``: one already stored; nothing is written),
+        ``InvalidRequest``. With ``"skip"`` those are left out (the first of a repeated id is
+        kept) and listed in ``skipped``.
         """
         if on_duplicate not in ("error", "skip"):
             raise InvalidRequest(f"on_duplicate must be 'error' or 'skip', got {on_duplicate!r}")
         self.store.collection(collection)
         keys = [d.id for d in documents]
-        if len(set(keys)) != len(keys):
-            raise DuplicateId("the same document id appears twice in one ingest")
+        repeated = {k for k, n in collections.Counter(keys).items() if n > 1}
+        if repeated and on_duplicate == "error":
+            raise DuplicateId(f"ids repeated within this ingest: {sorted(repeated)[:5]}")
         existing = await asyncio.to_thread(self.store.existing_keys, collection, keys)
         if existing and on_duplicate == "error":
             raise AlreadyStored(f"documents already in {collection!r}: {sorted(existing)[:5]}")
-        documents = [d for d in documents if d.id not in existing]
+        seen = set(existing)
+        kept = []
+        for d in documents:
+            if d.id not in seen:
+                seen.add(d.id)
+                kept.append(d)
+        documents, existing = kept, existing | repeated
         stop = threading.Event()  # a cancelled ingest stops chunking within a section
         try:
             chunks = await asyncio.to_thread(lambda: [self._split(d, stop) for d in documents])

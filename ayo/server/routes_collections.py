@@ -73,7 +73,7 @@ async def ingest(request: web.Request) -> web.Response:
     """Chunk, embed and store documents in collection ``name`` (created when new). Returns
     ``{"collection", "ingested", "duplicates", "chunks"}``; duplicates (ids already stored) are
     skipped, or refused with 400 when ``on_duplicate`` is ``"error"``."""
-    from ayo.engines import AlreadyStored, InvalidRequest
+    from ayo.engines import DuplicateId, InvalidRequest
     from ayo.engines.vector_index import check_collection_name
 
     state = request.app[STATE]
@@ -94,7 +94,7 @@ async def ingest(request: web.Request) -> web.Response:
         state.ingests.add(task)
         task.add_done_callback(state.ingests.discard)
         ack = await asyncio.shield(task)
-    except AlreadyStored as exc:  # on_duplicate "error": a conflict with what is stored
+    except DuplicateId as exc:  # on_duplicate "error": an id stored already or repeated
         raise ApiError(409, "conflict_error", str(exc)) from None
     except InvalidRequest as exc:
         raise bad_request(str(exc)) from None

@@ -75,6 +75,8 @@ async def test_duplicates_unknown_and_delete(tmp_path):
     assert store.collections()[0].documents == 5  # nothing written by the failed calls
     ack = await store.ingest("c", _docs(3, start=4), on_duplicate="skip")
     assert ack.skipped == ["doc-4"] and ack.documents == 2
+    ack = await store.ingest("c", [*_docs(1, 60), *_docs(1, 60)], on_duplicate="skip")
+    assert ack.skipped == ["doc-60"] and ack.documents == 1  # the first of a repeated id
     with pytest.raises(UnknownCollection):
         await store.ingest("nope", _docs(1))
     with pytest.raises(UnknownCollection):
