@@ -5,7 +5,8 @@
 Without ``--url`` it starts ``python -m ayo.server`` on 127.0.0.1 (a temporary data dir, the
 first 100 wiki documents, ``--max-tokens-limit 16`` so that a valid generation costs well under
 a second on 2 cores). Schemathesis (``pip install -e '.[fuzz]'``) generates positive and
-negative requests for every operation (``--max-examples`` = cases / operations) and runs all its
+negative requests for every operation (``APP_CASES`` for those that run apps, the rest of
+``--cases`` shared by the others) and runs all its
 checks: no 5xx, status codes and content types the schema lists, responses matching their
 schemas, schema-violating input rejected, schema-valid input accepted, ``Allow`` on 405, ...
 (its response-time check gets 300 s: an app query makes several LLM calls on 2 cores).
@@ -19,6 +20,7 @@ from __future__ import annotations
 import argparse
 import collections
 import json
+import logging
 import math
 import shutil
 import subprocess
@@ -31,8 +33,26 @@ from pathlib import Path
 from .common import machine, print_table, setup_benchmark_logging
 from .server_process import ServerProcess
 
-SERVER_ARGS = ["--corpus", "wiki", "--corpus-limit", "100", "--max-tokens-limit", "16",
-               "--log-level", "WARNING"]  # fmt: skip
+log = logging.getLogger("benchmarks.fuzz")
+
+SERVER_ARGS = ["--corpus", "wiki", "--corpus-limit", "100", "--max-tokens-limit", "16"]
+
+
+# Operations that run whole apps (several LLM calls, seconds each on 2 cores) get this many
+# cases each; the others share the rest of --cases.
+APP_CASES = 40
+
+
+def budgets(doc: dict, cases: int) -> tuple[int, list[str]]:
+    """Cases per cheap operation, and the config lines giving each app-running one APP_CASES."""
+    ops = [f"{m.upper()} {p}" for p, items in doc["paths"].items() for m in items]
+    costly = [op for op in ops if "/v1/apps/" in op and op.endswith("/query")]
+    costly.append("POST /v1/chat/completions")  # app:NAME models run apps
+    cheap = max(1, math.ceil((cases - APP_CASES * len(costly)) / (len(ops) - len(costly))))
+    lines = [f"generation.max-examples = {cheap}\n"]
+    lines += [f'[[operations]]\ninclude-name = "{op}"\ngeneration.max-examples = {APP_CASES}\n'
+              for op in costly]  # fmt: skip
+    return cheap, lines
 
 
 def run_schemathesis(
@@ -41,13 +61,15 @@ def run_schemathesis(
     """Run ``st`` over every operation; returns its wall time."""
     with urllib.request.urlopen(url + "/openapi.json") as r:
         doc = json.load(r)
-    operations = sum(len(ops) for ops in doc["paths"].values())
-    per_op = max(1, math.ceil(cases / operations))
+    per_op, config = budgets(doc, cases)
+    config_file = report.with_name("schemathesis.toml")
+    config_file.write_text("\n".join(config))
     st = shutil.which("st", path=str(Path(sys.executable).parent)) or shutil.which("st")
     if st is None:
         raise SystemExit("schemathesis is not installed: pip install -e '.[fuzz]'")
-    cmd = [st, "run", url + "/openapi.json", "--checks", "all", "--max-examples", str(per_op),
-           "--max-response-time", "300",
+    log.info("%d cases per operation, %d per app-running one", per_op, APP_CASES)
+    cmd = [st, "--config-file", str(config_file), "run", url + "/openapi.json", "--checks",
+           "all", "--max-response-time", "300",
            "--workers", str(workers), "--seed", str(seed), "--suppress-health-check", "all",
            "--request-timeout", "300", "--no-color", "--report", "ndjson",
            "--report-ndjson-path", str(report), "--output-truncate", "true"]  # fmt: skip

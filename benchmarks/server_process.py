@@ -3,7 +3,7 @@
     with ServerProcess(["--corpus-limit", "200"]) as server:
         print(server.url)
 
-It binds 127.0.0.1 on a free port (read from its log), keeps its log lines, and on exit sends
+It binds 127.0.0.1 on a free port (read from its INFO log), keeps its log lines, and on exit sends
 SIGTERM and records how long the server took to exit and with which code.
 """
 
@@ -43,7 +43,7 @@ class ServerProcess:
         )
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
-        if not self._listening.wait(self.start_timeout) or not self.url:
+        if not self._wait_listening():
             self.proc.kill()
             raise RuntimeError("the server did not start:\n" + "\n".join(self.lines[-30:]))
         return self
@@ -57,6 +57,14 @@ class ServerProcess:
                 self.url = found.group(1)
                 self._listening.set()
         self._listening.set()  # exited before listening: __enter__ reports the log
+
+    def _wait_listening(self) -> bool:
+        """Until the log names the port or the process ends (it must log at INFO)."""
+        deadline = time.monotonic() + self.start_timeout
+        while not self._listening.wait(0.5):
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                return False
+        return bool(self.url)
 
     def stop(self, timeout: float = 60) -> int:
         """SIGTERM; the exit code (the process is killed after ``timeout`` seconds)."""
