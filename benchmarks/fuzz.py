@@ -151,6 +151,7 @@ def main() -> None:
     rows.append(["schemathesis errors", len(s["errors"])])
     if server is not None:
         rows.append(["server log errors", len(server.errors())])
+        rows.append(["malformed HTTP answered 400 by aiohttp", len(server.http_rejections())])
         rows.append([f"SIGTERM: exit {server.exit_code}", f"{server.exit_s:.1f} s"])
     print_table(["", "count"], rows)
     print("statuses:", dict(sorted(s["statuses"].items())))

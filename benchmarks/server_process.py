@@ -86,5 +86,10 @@ class ServerProcess:
             self._tmp.cleanup()
 
     def errors(self) -> list[str]:
-        """Log lines at ERROR level or with a traceback."""
-        return [line for line in self.lines if " ERROR " in line or "Traceback" in line]
+        """ERROR lines of Ayo's loggers (aiohttp's own, for malformed HTTP it answers 400
+        itself, are :meth:`http_rejections`)."""
+        return [line for line in self.lines if " ERROR " in line and " ERROR aiohttp." not in line]
+
+    def http_rejections(self) -> list[str]:
+        """aiohttp's ERROR lines for requests it could not parse (a NUL byte in a header...)."""
+        return [line for line in self.lines if " ERROR aiohttp.server" in line]

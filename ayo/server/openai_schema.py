@@ -30,7 +30,7 @@ def _errors(*statuses: int) -> dict[str, Any]:
 
 
 _NULLABLE_INT = {"type": ["integer", "null"], "minimum": 1}
-_NON_BLANK = {"type": "string", "pattern": r"\S"}  # a character other than whitespace
+_NON_BLANK = {"type": "string", "pattern": r"[^\s\x1c-\x1f\x85]"}  # as openapi.NON_BLANK
 _STOP = {
     "description": "generation stops before the first occurrence of any (left out of the text)",
     "oneOf": [

@@ -38,7 +38,10 @@ def _path_param(name: str, **schema: Any) -> dict[str, Any]:
 
 
 COLLECTION = _path_param("name", pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
-NON_BLANK = {"type": "string", "pattern": r"\S"}  # holds a character other than whitespace
+# Holds a character Python's str.strip() keeps (the server's test of a blank text): ECMA's \s
+# lacks \x1c-\x1f and \x85, which Python counts as whitespace.
+NOT_WHITESPACE = r"[^\s\x1c-\x1f\x85]"
+NON_BLANK = {"type": "string", "pattern": NOT_WHITESPACE}
 # a prompt holds a character other than control characters (some encode to no token at all)
 PROMPT_TEXT = {"type": "string", "pattern": "[^\\x00-\\x08\\x0b\\x0c\\x0e-\\x1f]"}
 
@@ -87,7 +90,7 @@ INGEST_BODY = {
                     "id": {"oneOf": [{"type": "string", "minLength": 1}, {"type": "integer"}]},
                     "text": {
                         "type": "string",
-                        "pattern": r"\S",
+                        "pattern": NOT_WHITESPACE,
                         "description": "at most --max-document-mb Mi characters (413 beyond)",
                     },
                     "title": {"type": ["string", "null"]},

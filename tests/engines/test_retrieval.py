@@ -86,7 +86,7 @@ async def test_duplicates_unknown_and_delete(tmp_path):
     with pytest.raises(InvalidRequest):
         store.create_collection("bad/name")
     removed = await store.delete("c", ["doc-0", "doc-1"])
-    assert removed == 2 and store.vectors.count("c") == 5
+    assert removed == 2 and store.vectors.count("c") == 6
     store.close()
 
 
