@@ -72,6 +72,7 @@ def run_schemathesis(
            "all", "--max-response-time", "300",
            "--workers", str(workers), "--seed", str(seed), "--suppress-health-check", "all",
            "--request-timeout", "300", "--no-color", "--report", "ndjson",
+           "--generation-database", "none",
            "--report-ndjson-path", str(report), "--output-truncate", "true"]  # fmt: skip
     if max_time:
         cmd += ["--max-time", str(max_time)]
