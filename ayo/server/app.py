@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import logging
 
@@ -17,6 +18,20 @@ from ayo.server.state import STATE, ServerState
 log = logging.getLogger(__name__)
 
 OPEN_PATHS = frozenset({"/health"})
+
+
+@web.middleware
+async def tracking_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Keeps the task serving each request in ``state.handlers``, so that shutdown can wait
+    for them, then cancel what is left (aiohttp's own shutdown waits but never cancels a
+    handler that is not reading its body)."""
+    handlers = request.app[STATE].handlers
+    task = asyncio.current_task()
+    handlers.add(task)
+    try:
+        return await handler(request)
+    finally:
+        handlers.discard(task)
 
 
 @web.middleware
@@ -40,7 +55,7 @@ def create_app(state: ServerState) -> web.Application:
     query or by the caller)."""
     app = web.Application(
         client_max_size=state.config.max_body_bytes,
-        middlewares=[error_middleware, auth_middleware],
+        middlewares=[tracking_middleware, error_middleware, auth_middleware],
     )
     app[STATE] = state
     from ayo.server import routes_apps, routes_collections, routes_ops

@@ -37,6 +37,22 @@ async def start_site(
     return runner, bound
 
 
+async def drain(runner: web.AppRunner, state, timeout: float) -> None:
+    """Stop listening, give the requests in flight ``timeout`` seconds, then cancel the rest
+    (their clients see the connection close; an ingest they started is cancelled after)."""
+    for site in list(runner.sites):
+        await site.stop()
+    pending = set(state.handlers)
+    if pending:
+        log.info("waiting up to %.0f s for %d request(s) in flight", timeout, len(pending))
+        _, pending = await asyncio.wait(pending, timeout=timeout)
+    for task in pending:
+        task.cancel()
+    if pending:
+        log.info("cancelled %d request(s) still running", len(pending))
+        await asyncio.wait(pending, timeout=2.0)
+
+
 async def cancel_ingests(state) -> None:
     """Cancel the ingests still running: none was acknowledged, so nothing acknowledged is
     lost; an ingest inside its commit finishes it (the store's lock waits for it)."""
@@ -77,7 +93,8 @@ async def serve(config: ServerConfig) -> None:
         log.info("shutting down")
     finally:
         if runner is not None:
-            await runner.cleanup()  # stops listening; waits up to shutdown_timeout_s
+            await drain(runner, state, config.shutdown_timeout_s)
+            await runner.cleanup()
         await cancel_ingests(state)
         await close_state(state)
         if config.gc_tuning:

@@ -60,6 +60,7 @@ class ServerState:
             limited by ``App(max_queries=...)``.
         ingest_lock: ingests run one at a time (a duplicate-id check and its write stay atomic).
         ingests: the ingest tasks running (shielded from their clients; shutdown cancels them).
+        handlers: the tasks serving requests now (shutdown waits for them, then cancels them).
         embedded_at_startup: corpus documents embedded while starting (0 on a warm restart).
         loaded: what was loaded, for logs and ``/health`` (model ids, dtype, paths).
     """
@@ -74,6 +75,7 @@ class ServerState:
     admission: Admission = field(default_factory=lambda: Admission(64))
     ingest_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     ingests: set[asyncio.Task] = field(default_factory=set)
+    handlers: set[asyncio.Task] = field(default_factory=set)
     embedded_at_startup: int = 0
     loaded: dict[str, Any] = field(default_factory=dict)
     started_at: float = field(default_factory=time.time)
