@@ -275,7 +275,7 @@ class BatchingEngine(Generic[Req, Res]):
                     return None
                 now = time.monotonic()
                 deferred_since = deferred_since or now
-                if self._closed or self._background_may_run(now - deferred_since):
+                if self._background_may_run(now - deferred_since):
                     n = min(len(self._background), self.batch_config.max_background_items)
                     return [self._background.popleft() for _ in range(n)]
                 self._cond.wait(BACKGROUND_POLL_S)

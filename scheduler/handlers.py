@@ -75,7 +75,7 @@ def _text(piece: Any) -> str:
     return piece if isinstance(piece, str) else piece.text
 
 
-OFFLOAD_CHARS = 64 * 1024  # a prompt longer than this is tokenized off the event loop
+OFFLOAD_CHARS = 64 * 1024  # a text longer than this is tokenized off the event loop (server too)
 
 
 async def _tokens(llm: Any, text: str) -> list[int]:

@@ -104,7 +104,6 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
 
 JSON_CONTENT_TYPES = ("application/json", "")  # "" = no content-type header: curl -d and the like
 THREAD_PARSE_BYTES = 256 * 1024  # bodies over this are parsed off the event loop
-OFFLOAD_CHARS = 64 * 1024  # texts over this are tokenized or rendered off the event loop
 
 
 async def read_json(request: web.Request) -> dict[str, Any]:
@@ -221,12 +220,20 @@ def field(
         if required:
             raise bad_request(f"missing required field {name!r}")
         return default
-    if int in types and isinstance(value, float) and value.is_integer() and abs(value) < 2**63:
-        value = int(value)  # JSON Schema's integer: 20.0 is one
+    if int in types and integral(value) is not None:
+        value = integral(value)
     if not _type_ok(value, types):
         want = " or ".join(_TYPE_NAMES.get(t, t.__name__) for t in types)
         raise bad_request(f"field {name!r} must be {want}, got {json.dumps(value)[:80]}")
     return float(value) if types == (float,) else value
+
+
+def integral(value: Any) -> int | None:
+    """``value`` as an int when JSON Schema calls it an integer (``20`` or ``20.0``; not
+    ``true``), else None."""
+    if isinstance(value, float) and value.is_integer() and abs(value) < 2**63:
+        return int(value)
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 def number_in(value: float | None, name: str, low: float, high: float | None = None) -> None:

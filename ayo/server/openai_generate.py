@@ -14,7 +14,8 @@ from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ayo.server.errors import OFFLOAD_CHARS, ApiError
+from ayo.scheduler.handlers import OFFLOAD_CHARS
+from ayo.server.errors import ApiError
 from ayo.server.openai_requests import Sampling
 
 

@@ -16,7 +16,8 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from ayo.server.errors import ApiError, bad_request, field, not_found, number_in
+from ayo.server.errors import ApiError, bad_request, field, integral, not_found, number_in
+from ayo.server.openapi import PROMPT_CHARACTER
 from ayo.server.state import ServerState
 
 MAX_STOP_STRINGS = 16
@@ -150,17 +151,14 @@ def parse_prompts(body: dict[str, Any]) -> list[str | list[int]]:
             ok = False  # control characters alone (some encode to no token)
         if not ok or not p:
             raise bad_request(f"field 'prompt' has an invalid or empty item: {str(p)[:80]}")
-    return [p if isinstance(p, str) else [int(t) for t in p] for p in prompts]
+    return [p if isinstance(p, str) else [integral(t) for t in p] for p in prompts]
 
 
-_PROMPT_TEXT = re.compile("[^\x00-\x08\x0b\x0c\x0e-\x1f]")
+_PROMPT_TEXT = re.compile(PROMPT_CHARACTER)
 
 
 def _is_token(t: Any) -> bool:
-    """An integer (JSON Schema's: 42.0 is one too)."""
-    if isinstance(t, float):
-        return t.is_integer() and abs(t) < 2**63
-    return isinstance(t, int) and not isinstance(t, bool)
+    return integral(t) is not None
 
 
 ROLES = ("system", "developer", "user", "assistant", "tool")

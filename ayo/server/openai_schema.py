@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from ayo.server.openapi import NON_BLANK
+
 ERROR = {"$ref": "#/components/schemas/Error"}
 
 
@@ -30,7 +32,7 @@ def _errors(*statuses: int) -> dict[str, Any]:
 
 
 _NULLABLE_INT = {"type": ["integer", "null"], "minimum": 1}
-_NON_BLANK = {"type": "string", "pattern": r"[^\s\x1c-\x1f\x85]"}  # as openapi.NON_BLANK
+_NON_BLANK = NON_BLANK
 _STOP = {
     "description": "generation stops before the first occurrence of any (left out of the text)",
     "oneOf": [

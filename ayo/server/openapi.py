@@ -43,7 +43,8 @@ COLLECTION = _path_param("name", pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 NOT_WHITESPACE = r"[^\s\x1c-\x1f\x85]"
 NON_BLANK = {"type": "string", "pattern": NOT_WHITESPACE}
 # a prompt holds a character other than control characters (some encode to no token at all)
-PROMPT_TEXT = {"type": "string", "pattern": "[^\\x00-\\x08\\x0b\\x0c\\x0e-\\x1f]"}
+PROMPT_CHARACTER = "[^\\x00-\\x08\\x0b\\x0c\\x0e-\\x1f]"
+PROMPT_TEXT = {"type": "string", "pattern": PROMPT_CHARACTER}
 
 
 OBJ = {"type": "object"}
@@ -285,8 +286,11 @@ def _describe_server(paths: dict[str, Any], state: Any) -> None:
     from ayo.server.routes_apps import app_inputs
 
     template = paths.pop("/v1/apps/{name}/query")["post"]
+    chat_apps = []  # the apps a chat message can run: those needing the question alone
     for name in state.app_names:
         specs = app_inputs(state, name)
+        if [i.name for i in specs if i.required] == ["question"]:
+            chat_apps.append(f"app:{name}")
         inputs = {
             "type": "object",
             "additionalProperties": False,
@@ -304,21 +308,14 @@ def _describe_server(paths: dict[str, Any], state: Any) -> None:
         paths[f"/v1/apps/{name}/query"] = {"post": op}
     plan = paths["/v1/apps/{name}/plan.svg"]["get"]
     plan["parameters"] = [_path_param("name", enum=list(state.app_names)), OPTIMIZE]
-    _openai_limits(paths, state)
+    _openai_limits(paths, state, chat_apps)
 
 
-def _openai_limits(paths: dict[str, Any], state: Any) -> None:
-    from ayo.server.routes_apps import app_inputs
-
+def _openai_limits(paths: dict[str, Any], state: Any, apps: list[str]) -> None:
     def body(path: str) -> dict[str, Any]:
         return paths[path]["post"]["requestBody"]["content"]["application/json"]["schema"]
 
     llm = [state.llm_id] if state.llm is not None else []
-    apps = [  # the apps a chat message can run: those needing the question alone
-        f"app:{n}"
-        for n in state.app_names
-        if [i.name for i in app_inputs(state, n) if i.required] == ["question"]
-    ]
     embedder = [state.embedder_id] if state.embedder is not None else []
     limit = state.config.max_tokens_limit
     for path, models in (
@@ -328,7 +325,7 @@ def _openai_limits(paths: dict[str, Any], state: Any) -> None:
     ):
         if path not in paths:
             continue
-        props = body(path)["properties"] = dict(body(path)["properties"])
+        props = body(path)["properties"]  # a deep copy: ours to change
         props["model"] = {"type": "string", "enum": models}
         for key in ("max_tokens", "max_completion_tokens"):
             if key in props:

@@ -80,8 +80,7 @@ class EngineCore(DecodeMixin):
             logits = self.runner.run(chunks)
         except Exception as exc:
             if len(chunks) == 1:
-                log.exception("model step failed for sequence %d", chunks[0].seq.seq_id)
-                self._fail(chunks[0].seq, exc)
+                self._fail_one(chunks[0].seq, exc)
                 return
             log.warning("model step failed for %d sequences; isolating", len(chunks))
             half = len(chunks) // 2
