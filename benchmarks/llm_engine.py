@@ -29,6 +29,8 @@ import time
 
 import torch
 
+from ayo.engines.llm.config import amx_bf16, auto_dtype
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 MODEL = "smollm2-135m-instruct"
 
@@ -50,20 +52,6 @@ def memory_bandwidth(mib: int = 256, reps: int = 10) -> tuple[float, float]:
 
     nbytes = src.numel() * 4
     return 2 * nbytes / best(lambda: dst.copy_(src)), nbytes / best(src.sum)
-
-
-def cpu_flags() -> set[str]:
-    try:
-        with open("/proc/cpuinfo") as f:
-            line = next(line for line in f if line.startswith("flags"))
-        return set(line.split(":", 1)[1].split())
-    except (OSError, StopIteration):
-        return set()
-
-
-def amx_bf16() -> bool:
-    """Whether the CPU has AMX bf16 tiles (oneDNN's bf16 matmuls then beat fp32)."""
-    return "amx_bf16" in cpu_flags()
 
 
 def ops_per_layer(step, num_layers: int) -> float:
@@ -357,8 +345,11 @@ def report(rows, args, bandwidth, prompts) -> None:
                 if "batch1_tok_s" in f32 and "batch1_tok_s" in b16
                 else ""
             )
-            + "; the engine's default stays float32 (token for token equal to transformers)."
-        )
+            + f"; the server's --dtype auto picks {auto_dtype()} here ("
+            + ("bfloat16 pays on AMX bf16" if amx_bf16() else
+               "without AMX bf16 the CPU emulates bfloat16 matmuls")
+            + "); the engine library's default stays float32 (equal to transformers)."
+        )  # fmt: skip
     if args.json:
         out = {
             "machine": machine(),

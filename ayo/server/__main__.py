@@ -30,6 +30,9 @@ def build_parser() -> argparse.ArgumentParser:
     a("--port", type=int, help="port (default 8000; 0 picks a free one, logged at start)")
     a("--data-dir", help="data directory (default $AYO_DATA_DIR or $XDG_CACHE_HOME/ayo)")
     a("--model", help="LLM: smollm2-135m-instruct (default), a HF folder or a .gguf file")
+    a("--dtype", choices=("auto", "float32", "bfloat16"),
+      help="LLM dtype: auto (default: bfloat16 where the CPU has AMX bf16, else float32), "
+      "float32 (equal to transformers token for token) or bfloat16")  # fmt: skip
     a("--embedder", help="embedder: all-minilm-l6-v2 (default) or a sentence-transformers folder")
     a("--config", help="JSON file whose keys mirror these options (and the limits below)")
     a("--api-key", help="require 'Authorization: Bearer KEY' (default: $AYO_API_KEY)")

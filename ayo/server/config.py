@@ -32,6 +32,10 @@ class ServerConfig:
         data_dir: the RetrievalStore folder (collections, vectors); None: :func:`default_data_dir`.
         model: LLM id (``smollm2-135m-instruct``), a Hugging Face folder or a .gguf file.
         embedder: embedder id (``all-minilm-l6-v2``) or a sentence-transformers folder.
+        dtype: the LLM's ``auto`` (bfloat16 on a CPU with AMX bf16, where it decodes 1.4x
+            faster at batch 1 and 1.9x in batches; float32 elsewhere, where bfloat16 is
+            emulated and slower), ``float32`` (token for token equal to transformers) or
+            ``bfloat16``.
         api_key: required as ``Authorization: Bearer KEY`` when set; needed beyond loopback.
         corpus: ``wiki``, ``none`` or a file/folder of .txt/.md/.jsonl, ingested into
             ``collection`` at start (only what is missing).
@@ -55,6 +59,7 @@ class ServerConfig:
     data_dir: str | None = None
     model: str = "smollm2-135m-instruct"
     embedder: str = "all-minilm-l6-v2"
+    dtype: str = "auto"
     api_key: str | None = None
     corpus: str = "wiki"
     corpus_limit: int | None = None
@@ -92,6 +97,8 @@ class ServerConfig:
             raise ValueError("api_key is empty: give a key or leave it unset")
         if not self.collection:
             raise ValueError("collection must be a non-empty name")
+        if self.dtype not in ("auto", "float32", "bfloat16"):
+            raise ValueError(f"dtype must be auto, float32 or bfloat16, got {self.dtype!r}")
 
     @property
     def max_body_bytes(self) -> int:

@@ -44,7 +44,7 @@ def build_engines(config: ServerConfig, **llm_options: Any) -> tuple[Any, Any, A
 
     try:
         embedder = Embedder.from_model(config.embedder)
-        llm = LLMEngine.from_model(config.model, **llm_options)
+        llm = LLMEngine.from_model(config.model, **{"dtype": config.dtype, **llm_options})
     except Exception as exc:  # ModelNotFound, a broken file: say which and stop
         raise RuntimeError(f"could not load a model: {exc}") from exc
     config.data_path.mkdir(parents=True, exist_ok=True)
@@ -114,9 +114,10 @@ async def build_state(config: ServerConfig, **llm_options: Any) -> ServerState:
     state = make_state(config, llm, embedder, store)
     await state.app.start()
     log.info(
-        "loaded LLM %s (%s, context %d tokens) from %s",
+        "loaded LLM %s (%s%s, context %d tokens) from %s",
         state.llm_id,
         llm.config.dtype,
+        dtype_reason(config.dtype),
         llm.max_model_len,
         state.loaded["llm"]["path"],
     )
@@ -129,6 +130,15 @@ async def build_state(config: ServerConfig, **llm_options: Any) -> ServerState:
     log.info("data directory: %s", config.data_path)
     log.info("imports: %s", import_origins())
     return state
+
+
+def dtype_reason(asked: str) -> str:
+    """Why ``--dtype auto`` chose what it did, for the start-up log."""
+    if asked != "auto":
+        return ""
+    from ayo.engines.llm.config import amx_bf16
+
+    return ": auto, the CPU has AMX bf16" if amx_bf16() else ": auto, the CPU lacks AMX bf16"
 
 
 def import_origins() -> str:

@@ -12,6 +12,28 @@ SUPPORTED_ARCHITECTURES = ("LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCa
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 
 
+def cpu_flags() -> frozenset[str]:
+    """The CPU's feature flags from /proc/cpuinfo (empty where there is none)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            line = next(line for line in f if line.startswith("flags"))
+    except (OSError, StopIteration):
+        return frozenset()
+    return frozenset(line.split(":", 1)[1].split())
+
+
+def amx_bf16() -> bool:
+    """Whether the CPU has AMX bf16 tiles: oneDNN's bfloat16 matmuls then beat float32 ones
+    (measured by ``benchmarks.llm_engine``); without them bfloat16 is emulated and slower."""
+    return "amx_bf16" in cpu_flags()
+
+
+def auto_dtype() -> str:
+    """What ``dtype="auto"`` resolves to: ``"bfloat16"`` on a CPU with AMX bf16, else
+    ``"float32"`` (the engine loads its weights on the CPU)."""
+    return "bfloat16" if amx_bf16() else "float32"
+
+
 @dataclass(frozen=True)
 class ModelConfig:
     """The shape of a Llama-family decoder, read from config.json or GGUF metadata."""
@@ -63,8 +85,9 @@ class EngineConfig:
     """Limits and modes of one engine instance.
 
     Attributes:
-        dtype: ``"float32"`` (fidelity: token-for-token equal to transformers) or ``"bfloat16"``
-            (fast mode: half the weight bytes per decode step).
+        dtype: ``"float32"`` (fidelity: token-for-token equal to transformers), ``"bfloat16"``
+            (fast mode: half the weight bytes per decode step) or ``"auto"``, resolved at
+            construction by :func:`auto_dtype` (bfloat16 where the hardware runs it fast).
         block_size: tokens per KV block.
         num_blocks: KV blocks per layer; ``None`` sizes the cache from ``kv_cache_gib``.
         kv_cache_gib: memory for the KV cache of all layers when ``num_blocks`` is None.
@@ -75,6 +98,10 @@ class EngineConfig:
         num_threads: torch intra-op threads for the worker; ``None`` leaves torch's default.
         attention: ``"auto"`` (the matmul path on CPU, ``ayo.kernels`` elsewhere), ``"kernels"``
             or ``"matmul"`` (see ``engines/llm/attention.py``).
+        compile: run decode-only steps through ``torch.compile`` (Inductor, CPU attention path):
+            about 1.35x faster steps for a compile of tens of seconds per batch-shape family at
+            start (``LLMEngine.warm_up``); Inductor caches its kernels on disk
+            (``TORCHINDUCTOR_CACHE_DIR``). See ``benchmarks.llm_compile``.
     """
 
     dtype: str = "float32"
@@ -87,14 +114,19 @@ class EngineConfig:
     enable_prefix_caching: bool = True
     num_threads: int | None = None
     attention: str = "auto"
+    compile: bool = False
 
     def __post_init__(self) -> None:
+        if self.dtype == "auto":
+            object.__setattr__(self, "dtype", auto_dtype())
         if self.attention not in ("auto", "kernels", "matmul"):
             raise InvalidRequest(
                 f"attention must be 'auto', 'kernels' or 'matmul', got {self.attention!r}"
             )
         if self.dtype not in _DTYPES:
-            raise InvalidRequest(f"dtype must be one of {sorted(_DTYPES)}, got {self.dtype!r}")
+            raise InvalidRequest(
+                f"dtype must be 'auto' or one of {sorted(_DTYPES)}, got {self.dtype!r}"
+            )
         for name in ("block_size", "max_num_batched_tokens", "max_num_seqs"):
             if getattr(self, name) < 1:
                 raise InvalidRequest(f"{name} must be >= 1, got {getattr(self, name)}")

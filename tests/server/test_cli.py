@@ -56,6 +56,8 @@ def test_config_file_flags_and_env(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     assert default_data_dir() == ServerConfig().data_path  # the CLI and the server agree
     assert ServerConfig().gc_tuning is True
     assert load_config(build_parser().parse_args(["--no-gc-tuning"])).gc_tuning is False
+    assert ServerConfig().dtype == "auto"
+    assert load_config(build_parser().parse_args(["--dtype", "float32"])).dtype == "float32"
     for bad, needle in [
         ({"prot": 1}, "unknown keys ['prot']"),
         ({"port": "80"}, "'port' must be of type int"),
@@ -63,6 +65,7 @@ def test_config_file_flags_and_env(tmp_path: Path, monkeypatch: pytest.MonkeyPat
         ({"port": True}, "'port' must be of type int"),
         ({"port": 70000}, "port must be 0..65535"),
         ({"max_concurrent_queries": 0}, "max_concurrent_queries must be >= 1"),
+        ({"dtype": "float16"}, "dtype must be auto, float32 or bfloat16, got 'float16'"),
     ]:
         path.write_text(json.dumps(bad))
         with pytest.raises(ValueError, match=re.escape(needle)):

