@@ -34,8 +34,9 @@ class ServerConfig:
         embedder: embedder id (``all-minilm-l6-v2``) or a sentence-transformers folder.
         dtype: the LLM's ``auto`` (bfloat16 on a CPU with AMX bf16, where it decodes 1.4x
             faster at batch 1 and 1.9x in batches; float32 elsewhere, where bfloat16 is
-            emulated and slower), ``float32`` (token for token equal to transformers) or
-            ``bfloat16``.
+            emulated and slower), ``float32`` (token for token equal to transformers, and the
+            same answer whatever else runs) or ``bfloat16`` (rounding depends on the batch
+            and on prefix-cache hits, so an answer can change with the load).
         api_key: required as ``Authorization: Bearer KEY`` when set; needed beyond loopback.
         corpus: ``wiki``, ``none`` or a file/folder of .txt/.md/.jsonl, ingested into
             ``collection`` at start (only what is missing).
