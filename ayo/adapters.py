@@ -73,8 +73,12 @@ class LLMAdapter:
     async def open(self) -> Any:
         return await self.engine.open()
 
-    async def prefill(self, seq: Any, tokens: list[int]) -> None:
-        await self.engine.prefill(seq, list(tokens))
+    def set_step_order(self, order: Any) -> None:
+        """The runtime's policy orders the engine's steps (``LLMEngine.set_step_order``)."""
+        self.engine.set_step_order(order)
+
+    async def prefill(self, seq: Any, tokens: list[int], info: Any = None) -> None:
+        await self.engine.prefill(seq, list(tokens), info=info)
 
     def sampling_params(self, params: DecodeParams) -> Any:
         """The engine's ``SamplingParams`` for a plan's ``params`` (capped by max_new_tokens)."""
@@ -95,15 +99,15 @@ class LLMAdapter:
             presence_penalty=s.presence_penalty,
         )
 
-    async def decode(self, seq: Any, params: DecodeParams) -> AsyncIterator[str]:
-        stream = self.engine.decode(seq, self.sampling_params(params))
+    async def decode(self, seq: Any, params: DecodeParams, info: Any = None) -> AsyncIterator[str]:
+        stream = self.engine.decode(seq, self.sampling_params(params), info=info)
         async with contextlib.aclosing(stream) as pieces:
             async for piece in pieces:
                 if piece.text:
                     yield piece.text
 
-    async def score(self, seq: Any, candidates: list[str]) -> list[float]:
-        scores = await self.engine.score(seq, list(candidates))
+    async def score(self, seq: Any, candidates: list[str], info: Any = None) -> list[float]:
+        scores = await self.engine.score(seq, list(candidates), info=info)
         return [s.logprob for s in scores]
 
     async def close(self, seq: Any) -> None:

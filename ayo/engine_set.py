@@ -208,6 +208,8 @@ class EngineSet:
                 admissions,
                 on_batch=self._on_batch,
                 clock=self.clock,
+                policy=e.config.policy,
+                policy_options=e.config.policy_options,
             )
         target = e.schedulers[0] if len(e.schedulers) == 1 else EnginePool(e.schedulers)
         if e.kind == "embedder":

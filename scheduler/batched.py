@@ -53,6 +53,7 @@ class RerankCall:
 class PrefillCall:
     seq: Any
     tokens: list[int]
+    info: Any = None  # the LLM engine's step-order info (``BatchedLLM``), None: none given
 
 
 class MergingRunner:
@@ -211,7 +212,15 @@ class PrefillRunner(MergingRunner):
         return 1, len(payload.tokens)
 
     async def call(self, payloads: list[PrefillCall]) -> list[Any]:
-        return await gather_eager([self.engine.prefill(p.seq, p.tokens) for p in payloads])
+        prefill = self.engine.prefill
+        return await gather_eager(
+            [
+                prefill(p.seq, p.tokens)
+                if p.info is None
+                else prefill(p.seq, p.tokens, info=p.info)
+                for p in payloads
+            ]
+        )
 
 
 class Submitter(Protocol):

@@ -19,13 +19,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import itertools
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from .admission import Admission
 from .batched import PrefillCall, Submitter
+from .batching import PendingRequest, make_order, sequence_order
 from .engine_api import DecodeParams
 from .engine_scheduler import BatchRecord, EngineScheduler
 from .request_info import CURRENT, make_request
@@ -63,6 +65,11 @@ class BatchedLLM:
         schedulers: one prefill scheduler per instance, or None to call prefill directly.
         admissions: per instance, bounds its running decodes (KV cache) and admits waiting
             ones in policy order; None: no bound.
+        policy: the batching policy, which also orders each engine step of the instances that
+            take a step order (``set_step_order``, as ``LLMEngine``): which sequences' prefill
+            chunks and decodes go first under the step's token budget, and which are preempted
+            last. ``fcfs`` leaves the engines' own arrival order.
+        policy_options: the policy's options (``aging_ms_per_ms`` for ``critical_path``).
         on_batch: receives a :class:`BatchRecord` per finished decode.
         clock: the schedulers' clock.
     """
@@ -76,6 +83,8 @@ class BatchedLLM:
         *,
         on_batch: Callable[[BatchRecord], None] | None = None,
         clock: Callable[[], float] = time.monotonic,
+        policy: str = "fcfs",
+        policy_options: Mapping[str, float] | None = None,
     ) -> None:
         if not instances:
             raise ValueError(f"LLM {name!r} needs at least one instance")
@@ -106,6 +115,31 @@ class BatchedLLM:
         self._rows = (
             [name] if len(instances) == 1 else [f"{name}#{i}" for i in range(len(instances))]
         )
+        # Step order: the instances that take one get each call's request info.
+        self._ordered = [False] * len(self.instances)
+        self._arrivals = itertools.count()
+        if policy != "fcfs":
+            order = sequence_order(make_order(policy, **dict(policy_options or {})), clock)
+            for i, inst in enumerate(self.instances):
+                if callable(getattr(inst, "set_step_order", None)):
+                    inst.set_step_order(order)
+                    self._ordered[i] = True
+
+    def _info(self, i: int, request: Any) -> Any:
+        """What instance ``i``'s step order reads of ``request`` (None if it takes none): a
+        copy stamped with its arrival at this LLM, one count for prefills and decodes alike."""
+        if not self._ordered[i]:
+            return None
+        r = request
+        return PendingRequest(
+            r.query_id, r.node_id, None, r.items, r.tokens, r.depth, r.remaining_ms,
+            r.query_remaining_ms, r.deadline, self._clock(), next(self._arrivals), r.op,
+        )  # fmt: skip
+
+    def _prefill_request(self, i: int, raw: Any, tokens: list[int]) -> Any:
+        request = make_request(PrefillCall(raw, tokens), 1, len(tokens))
+        request.payload.info = self._info(i, request)
+        return request
 
     @property
     def open_sequences(self) -> int:
@@ -150,7 +184,7 @@ class BatchedLLM:
             if held.future is not None:  # already running: the rest follows it
                 return self._after(held.future, i, raw, list(tokens))
             tokens = held.tokens + list(tokens)
-        request = make_request(PrefillCall(raw, list(tokens)), 1, len(tokens))
+        request = self._prefill_request(i, raw, list(tokens))
         if held is not None:  # the held primitive is traced and timed with this request
             request.folded = (held.request,)
         return self._issue(i, request)
@@ -166,15 +200,17 @@ class BatchedLLM:
         if key in self._held:
             raise RuntimeError("prefill_when_idle twice on one sequence without a prefill between")
         tokens = list(tokens)
-        request = make_request(PrefillCall(raw, tokens), 1, len(tokens))
+        request = self._prefill_request(i, raw, tokens)
         request.enqueued_at = self._clock()
         self._held[key] = self._unissued[i][key] = _Held(i, raw, tokens, request)
         self._arm(i)
 
     def _issue(self, i: int, request: Any) -> Awaitable[None]:
         if self.schedulers is None:
+            p = request.payload
+            call = self.instances[i].prefill
             future: Awaitable[Any] = asyncio.ensure_future(
-                self.instances[i].prefill(request.payload.seq, request.payload.tokens)
+                call(p.seq, p.tokens) if p.info is None else call(p.seq, p.tokens, info=p.info)
             )
         else:
             future = self.schedulers[i].enqueue(request)
@@ -221,7 +257,7 @@ class BatchedLLM:
     async def _after(self, first: Awaitable[Any], i: int, raw: Any, tokens: list[int]) -> None:
         await first
         if tokens:
-            await self._issue(i, make_request(PrefillCall(raw, tokens), 1, len(tokens)))
+            await self._issue(i, self._prefill_request(i, raw, tokens))
 
     async def decode(self, seq: Any, params: DecodeParams) -> AsyncIterator[Any]:
         i, raw = self._route(seq)
@@ -230,7 +266,7 @@ class BatchedLLM:
         try:
             await self._admit(i, raw, run)
             # closed with this generator: a consumer that stops early ends the instance's too
-            async with contextlib.aclosing(self.instances[i].decode(raw, params)) as pieces:
+            async with contextlib.aclosing(self._decode(i, raw, params, run)) as pieces:
                 async for piece in pieces:
                     run.pieces += 1
                     if info is not None:
@@ -249,7 +285,7 @@ class BatchedLLM:
         pieces: list[str] = []
         try:
             await self._admit(i, raw, run)
-            async for piece in self.instances[i].decode(raw, params):
+            async for piece in self._decode(i, raw, params, run):
                 if info is not None:
                     info.query.decoded(info.facts.node_id, piece)
                 pieces.append(piece if isinstance(piece, str) else piece.text)
@@ -267,11 +303,21 @@ class BatchedLLM:
         self._busy[i] += 1
         try:
             await self._admit(i, raw, run)
-            scores = await self.instances[i].score(raw, list(candidates))
+            info = self._info(i, run.request)
+            score = self.instances[i].score
+            scores = await (
+                score(raw, list(candidates)) if info is None
+                else score(raw, list(candidates), info=info)
+            )  # fmt: skip
             run.ok, run.pieces = True, len(candidates)
             return scores
         finally:
             self._decoded(i, run)
+
+    def _decode(self, i: int, raw: Any, params: DecodeParams, run: _DecodeRun) -> Any:
+        info = self._info(i, run.request)
+        decode = self.instances[i].decode
+        return decode(raw, params) if info is None else decode(raw, params, info=info)
 
     async def _admit(self, i: int, raw: Any, run: _DecodeRun) -> None:
         """Before a decode: the sequence's held tokens computed, then room in the KV cache."""

@@ -186,6 +186,24 @@ def make_order(policy: str, **options: float) -> Order:
     raise ValueError(f"unknown batching policy {policy!r}; choose one of {POLICIES}")
 
 
+def sequence_order(order: Order, clock: Callable[[], float]) -> Callable[[list[Any]], list[Any]]:
+    """An LLM engine's step order (``LLMEngine.set_step_order``) from a policy's ``order``: each
+    sequence ranks as the :class:`PendingRequest` in its ``info`` (its latest primitive's);
+    a sequence without one (work that did not come through the runtime) ranks as a request of
+    query 0 that arrived first. Runs on the engine's worker thread: it only reads."""
+
+    def ranked(seqs: list[Any]) -> list[Any]:
+        requests = []
+        by_request: dict[int, list[Any]] = {}
+        for s in seqs:
+            r = s.info if isinstance(s.info, PendingRequest) else PendingRequest(0, "", seq=-1)
+            requests.append(r)
+            by_request.setdefault(id(r), []).append(s)  # score children share their parent's
+        return [by_request[id(r)].pop(0) for r in order(requests, clock())]
+
+    return ranked
+
+
 def form_batch(ordered: Sequence[PendingRequest], limits: BatchLimits) -> list[PendingRequest]:
     """Take requests in order while they fit the limits; a request that does not fit is
     skipped (a later, smaller one may fit), and the first request always runs."""

@@ -15,19 +15,28 @@ class Command:
 
 
 @dataclass
+class Work(Command):
+    """A command that gives a sequence compute. ``info``: the caller's request info (opaque to
+    the engine), which the step order reads (``LLMEngine.set_step_order``); None keeps the
+    sequence's."""
+
+    info: object = field(default=None, kw_only=True)
+
+
+@dataclass
 class Open(Command):
     pass
 
 
 @dataclass
-class Prefill(Command):
+class Prefill(Work):
     token_ids: list[int]
     on_done: Callable[[], None] | None = None
     on_error: Callable[[BaseException], None] | None = None
 
 
 @dataclass
-class Decode(Command):
+class Decode(Work):
     params: SamplingParams
     emit: Callable[[object], None]  # receives DecodePiece, then one DecodeEnd
     close_on_finish: bool = False
@@ -42,7 +51,7 @@ class Abort(Command):
 
 
 @dataclass
-class Score(Command):
+class Score(Work):
     candidates: list[list[int]]
     on_done: Callable[[list], None]
     on_error: Callable[[BaseException], None]

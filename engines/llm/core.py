@@ -13,7 +13,7 @@ from collections.abc import Callable
 import torch
 
 from .block_manager import BlockManager
-from .commands import Abort, Close, Command, Decode, Open, Prefill, Score
+from .commands import Abort, Close, Command, Decode, Open, Prefill, Work
 from .config import EngineConfig
 from .decoding import DecodeMixin
 from .errors import (
@@ -136,12 +136,16 @@ class EngineCore(DecodeMixin):
             if isinstance(cmd, Open):
                 self.seqs[cmd.seq_id] = seq = Sequence(cmd.seq_id)
                 self.scheduler.add_idle(seq)
-            elif isinstance(cmd, Prefill):
-                self._prefill(self._get(cmd.seq_id), cmd)
-            elif isinstance(cmd, Decode):
-                self._start_decode(self._get(cmd.seq_id), cmd)
-            elif isinstance(cmd, Score):
-                self._start_score(self._get(cmd.seq_id), cmd)
+            elif isinstance(cmd, Work):
+                seq = self._get(cmd.seq_id)
+                if cmd.info is not None:
+                    seq.info = cmd.info
+                if isinstance(cmd, Prefill):
+                    self._prefill(seq, cmd)
+                elif isinstance(cmd, Decode):
+                    self._start_decode(seq, cmd)
+                else:
+                    self._start_score(seq, cmd)
             elif isinstance(cmd, Abort):
                 seq = self.seqs.get(cmd.seq_id)
                 if seq is not None and seq.decode is not None and seq.decode.emit is cmd.emit:

@@ -170,6 +170,7 @@ class DecodeMixin:
         ctx = parent.num_tokens
         for i, cand in enumerate(cmd.candidates):
             child = Sequence(self.next_child_id, parent.token_ids + cand)
+            child.info = parent.info
             self.next_child_id -= 1
             child.score = ScoreState(ctx, lambda lp, i=i, cand=cand: done(i, cand, lp), error)
             self.bm.fork(parent, child, ctx - 1)

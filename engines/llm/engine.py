@@ -14,7 +14,9 @@ import logging
 import os
 import threading
 from collections import deque
+from collections.abc import Callable
 from collections.abc import Sequence as Seq
+from typing import Any
 
 from ..base import release_openmp_threads, set_worker_threads
 from .commands import Abort, Close, Command, Decode, Open, Prefill, Score
@@ -241,36 +243,54 @@ class LLMEngine:
             raise UnknownSequence(f"{seq!r} was not opened by this engine")
         return seq.seq_id
 
-    async def prefill(self, seq: SequenceHandle, tokens_or_text: Prompt) -> None:
+    def set_step_order(self, order: Callable[[list[Any]], list[Any]] | None) -> None:
+        """Let ``order`` decide which sequences enter each step, and in what order they share
+        its token budget (see ``engines/llm/scheduler.py``). It gets the sequences with work
+        (each with ``.info``: the ``info`` of its latest prefill, decode or score, or None) and
+        returns them ranked, first served first; it runs on the worker thread, so it must only
+        read. None restores arrival order."""
+        self._core.scheduler.order = order
+
+    async def prefill(
+        self, seq: SequenceHandle, tokens_or_text: Prompt, *, info: object = None
+    ) -> None:
         """Append tokens (text is tokenized without special tokens) and return once their KV is
-        computed. Call it several times to prefill a prompt in parts."""
+        computed. Call it several times to prefill a prompt in parts. ``info``: what the step
+        order knows of the caller (:meth:`set_step_order`)."""
         sid = self._check(seq)
         ids = self.encode(tokens_or_text)
         fut = asyncio.get_running_loop().create_future()
-        self._send(Prefill(sid, ids, *_resolvers(fut)))
+        self._send(Prefill(sid, ids, *_resolvers(fut), info=info))
         await fut
 
     def decode(
-        self, seq: SequenceHandle, params: SamplingParams | None = None, **kw
+        self,
+        seq: SequenceHandle,
+        params: SamplingParams | None = None,
+        *,
+        info: object = None,
+        **kw,
     ) -> DecodeStream:
         """Start generating on ``seq``; returns an async iterator of pieces. ``kw`` builds the
-        :class:`SamplingParams` when ``params`` is not given."""
+        :class:`SamplingParams` when ``params`` is not given; ``info`` as in :meth:`prefill`."""
         sid = self._check(seq)
         params = params or SamplingParams(**kw)
         stream = DecodeStream(sid, self._abort)
-        self._send(Decode(sid, params, stream.emit))
+        self._send(Decode(sid, params, stream.emit, info=info))
         return stream
 
     def _abort(self, seq_id: int, emit) -> None:
         if not self._stopping and self._thread is not None:
             self._send(Abort(seq_id, emit))
 
-    async def score(self, seq: SequenceHandle, candidates: Seq[Prompt]) -> list[CandidateScore]:
+    async def score(
+        self, seq: SequenceHandle, candidates: Seq[Prompt], *, info: object = None
+    ) -> list[CandidateScore]:
         """Log-probabilities of each candidate continuation after the sequence's tokens."""
         sid = self._check(seq)
         cands = [self.encode(c) for c in candidates]
         fut = asyncio.get_running_loop().create_future()
-        self._send(Score(sid, cands, *_resolvers(fut)))
+        self._send(Score(sid, cands, *_resolvers(fut), info=info))
         return await fut
 
     async def close(self, seq: SequenceHandle) -> None:

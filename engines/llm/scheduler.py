@@ -5,12 +5,19 @@ the sequence cap and the free blocks allow. When blocks run out, an idle sequenc
 nobody is computing on, least recently used first) or else the newest running one is preempted:
 its blocks are dropped and it is recomputed later (its full blocks usually come straight back
 from the prefix cache).
+
+With a step order (``Scheduler.order``, set by the runtime from its batching policy), running
+and waiting sequences are taken together in that order instead: the token budget goes to the
+first ones, a waiting sequence may take the blocks of a running one ranked below it, and the
+lowest-ranked running sequence is the one preempted. Without one (``fcfs``) the order is the
+one above, unchanged.
 """
 
 from __future__ import annotations
 
 import logging
 from collections import OrderedDict, deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from .block_manager import BlockManager
@@ -54,6 +61,8 @@ class Scheduler:
         self.running: list[Sequence] = []
         self.idle: OrderedDict[int, Sequence] = OrderedDict()  # LRU order
         self.num_preemptions = 0
+        # The step order: sequences with work -> the same sequences, first served first.
+        self.order: Callable[[list[Sequence]], list[Sequence]] | None = None
 
     @property
     def has_work(self) -> bool:
@@ -87,6 +96,8 @@ class Scheduler:
         self.add_idle(seq)
 
     def schedule(self) -> SchedulerOutput:
+        if self.order is not None:
+            return self._schedule_ordered(self.order)
         out = SchedulerOutput()
         budget = self.max_num_batched_tokens
         scheduled: set[int] = set()
@@ -130,6 +141,62 @@ class Scheduler:
                 out.rejected.append(seq)
                 continue
             break
+        out.chunks.sort(key=lambda c: c.num_tokens != 1)
+        return out
+
+    def _schedule_ordered(self, order) -> SchedulerOutput:
+        out = SchedulerOutput()
+        budget = self.max_num_batched_tokens
+        ranked = order([s for s in self.running if s.num_uncomputed] + list(self.waiting))
+        rank = {s.seq_id: i for i, s in enumerate(ranked)}
+        last = len(ranked)  # running sequences with nothing to compute rank below all
+        scheduled: set[int] = set()
+        preempted: set[int] = set()
+
+        def victim(seq: Sequence) -> Sequence | None:
+            """Idle KV first, then the lowest-ranked running sequence below ``seq``."""
+            idle = self._idle_victim()
+            if idle is not None:
+                return idle
+            below = [
+                s for s in self.running
+                if s.seq_id not in scheduled and rank.get(s.seq_id, last) > rank[seq.seq_id]
+            ]  # fmt: skip
+            return max(below, key=lambda s: rank.get(s.seq_id, last), default=None)
+
+        for seq in ranked:
+            if budget == 0 or len(out.chunks) >= self.max_num_seqs:
+                break
+            if seq.seq_id in preempted:
+                continue  # lost its blocks this step: recomputed in a later one
+            if seq.status == SeqStatus.WAITING and not seq.block_table:
+                self.bm.match_prefix(seq)
+            n = min(seq.num_uncomputed, budget)
+            while not self.bm.allocate(seq, seq.num_computed_tokens + n):
+                v = victim(seq)
+                if v is None:
+                    break
+                preempted.add(v.seq_id)
+                self._preempt(v, out)
+            else:
+                if seq.status == SeqStatus.WAITING:
+                    self.waiting.remove(seq)
+                    seq.status = SeqStatus.RUNNING
+                    self.running.append(seq)
+                out.chunks.append(ScheduledChunk(seq, seq.num_computed_tokens, n))
+                scheduled.add(seq.seq_id)
+                budget -= n
+                continue
+            if seq.status == SeqStatus.RUNNING:  # nothing ranked below it to take from
+                preempted.add(seq.seq_id)
+                self._preempt(seq, out)
+                continue
+            if not self.running and not out.chunks:  # nothing will ever free a block for it
+                self.waiting.remove(seq)
+                self.bm.free(seq)
+                out.rejected.append(seq)
+                continue
+            break  # the sequences ranked below it wait too
         out.chunks.sort(key=lambda c: c.num_tokens != 1)
         return out
 

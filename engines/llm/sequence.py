@@ -74,6 +74,7 @@ class Sequence:
         self.prefill_waiters: list[PrefillWaiter] = []
         self.last_logits: torch.Tensor | None = None
         self.last_used = time.monotonic()
+        self.info: object = None  # the latest caller's request info, for the step order
 
     def __repr__(self) -> str:
         return (
