@@ -1,7 +1,8 @@
 """End to end: Ayo's optimized plans vs module by module, same engines, same run.
 
     python -m benchmarks.e2e --data-dir DIR [--apps naive_rag,advanced_rag] [--questions 8]
-        [--rates 0.5,1] [--max-tokens 32] [--dtype float32] [--out /tmp/ayo-e2e] [--quick]
+        [--rates 0.5,1] [--max-tokens 32] [--dtype float32] [--policy critical_path]
+        [--out /tmp/ayo-e2e] [--quick]
 
 Engines: the embedded default (SmolLM2-135M-Instruct, all-MiniLM-L6-v2, the reranker over it,
 faiss + BM25 over the ``wiki`` collection of ``--data-dir``, ingested first when missing).
@@ -27,6 +28,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+from ayo.scheduler.batching import POLICIES
 
 from .common import machine, print_table, setup_benchmark_logging
 from .e2e_core import MODES, Plan, run_all
@@ -67,7 +70,7 @@ async def ensure_wiki(store: Any, collection: str) -> None:
 def build_app(args: argparse.Namespace) -> Any:
     from ayo.app import App
 
-    options: dict[str, Any] = {}
+    options: dict[str, Any] = {"policy": args.policy}
     if args.split_min_tokens is not None:  # the LLM profile the prefill-split pass reads
         from dataclasses import replace
 
@@ -157,6 +160,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--split-min-tokens", type=int, default=None, help="the LLM profile's "
                    "prefill_split_min_tokens (a large value turns the prefill split off)")  # fmt: skip
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--policy", choices=POLICIES, default="critical_path", help="the engines' "
+                   "batching policy, which also orders the LLM engine's steps")  # fmt: skip
     p.add_argument("--out", type=Path, default=Path("/tmp/ayo-e2e"), help="folder for outputs")
     p.add_argument("--engines", choices=("default", "fake"), default="default",
                    help="embedded engines, or the deterministic fakes (a smoke run)")  # fmt: skip
@@ -191,7 +196,7 @@ def main(argv: list[str] | None = None) -> int:
     results, meta = asyncio.run(bench(args, plan))
     load_after = os.getloadavg()
     split = "" if args.split_min_tokens is None else f"split min {args.split_min_tokens} tokens, "
-    settings = (f"engines {args.engines}, {split}LLM {args.dtype}, max {args.max_tokens} new tokens per "
+    settings = (f"engines {args.engines}, policy {args.policy}, {split}LLM {args.dtype}, max {args.max_tokens} new tokens per "
                 f"call, LLM threads {args.llm_threads or 'default'}, embedder threads "
                 f"{args.embedder_threads or 'default'}, {len(plan.questions)} fanoutqa dev "
                 f"questions (seed {args.seed})")  # fmt: skip
