@@ -11,7 +11,7 @@ a time, so only the faulty request fails.
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Hashable, Sequence
+from collections.abc import Awaitable, Callable, Hashable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -198,6 +198,12 @@ class RerankRunner(MergingRunner):
             except Exception as exc:
                 out.append(exc)
         return out
+
+
+def with_info(method: Callable[..., Any], info: Any, *args: Any) -> Any:
+    """``method(*args)``, passing ``info=`` only when there is one: an LLM engine that takes no
+    step order (a user's, the fakes) needs no ``info`` parameter."""
+    return method(*args) if info is None else method(*args, info=info)
 
 
 class PrefillRunner(MergingRunner):

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .admission import Admission
-from .batched import PrefillCall, Submitter
+from .batched import PrefillCall, Submitter, with_info
 from .batching import PendingRequest, make_order, sequence_order
 from .engine_api import DecodeParams
 from .engine_scheduler import BatchRecord, EngineScheduler
@@ -208,9 +208,8 @@ class BatchedLLM:
     def _issue(self, i: int, request: Any) -> Awaitable[None]:
         if self.schedulers is None:
             p = request.payload
-            call = self.instances[i].prefill
             future: Awaitable[Any] = asyncio.ensure_future(
-                call(p.seq, p.tokens) if p.info is None else call(p.seq, p.tokens, info=p.info)
+                with_info(self.instances[i].prefill, p.info, p.seq, p.tokens)
             )
         else:
             future = self.schedulers[i].enqueue(request)
@@ -304,20 +303,14 @@ class BatchedLLM:
         try:
             await self._admit(i, raw, run)
             info = self._info(i, run.request)
-            score = self.instances[i].score
-            scores = await (
-                score(raw, list(candidates)) if info is None
-                else score(raw, list(candidates), info=info)
-            )  # fmt: skip
+            scores = await with_info(self.instances[i].score, info, raw, list(candidates))
             run.ok, run.pieces = True, len(candidates)
             return scores
         finally:
             self._decoded(i, run)
 
     def _decode(self, i: int, raw: Any, params: DecodeParams, run: _DecodeRun) -> Any:
-        info = self._info(i, run.request)
-        decode = self.instances[i].decode
-        return decode(raw, params) if info is None else decode(raw, params, info=info)
+        return with_info(self.instances[i].decode, self._info(i, run.request), raw, params)
 
     async def _admit(self, i: int, raw: Any, run: _DecodeRun) -> None:
         """Before a decode: the sequence's held tokens computed, then room in the KV cache."""
