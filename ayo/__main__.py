@@ -2,6 +2,7 @@
 
 - ``python -m ayo plan APP [--no-optimize] [--format json|dot|svg|png] [--output FILE]``
 - ``python -m ayo run APP --input key=value ... [--no-optimize] [--trace FILE] [--json]``
+- ``python -m ayo profile [--dtype auto] [--threads N] [--data-dir DIR]``
 """
 
 from __future__ import annotations
@@ -75,7 +76,45 @@ def build_parser() -> argparse.ArgumentParser:
     )
     plan.set_defaults(func=cmd_plan)
     add_run_parser(sub)
+    prof = sub.add_parser("profile", help="measure the embedded LLM and embedder on this "
+                          "machine and print their latency models beside the constants")  # fmt: skip
+    prof.add_argument("--model", default="smollm2-135m-instruct")
+    prof.add_argument("--dtype", choices=("auto", "float32", "bfloat16"), default="auto")
+    prof.add_argument("--threads", type=int, default=None, help="the LLM's torch threads")
+    prof.add_argument("--data-dir", default=None, help="where the profile is stored (default "
+                      "$AYO_DATA_DIR, else ~/.cache/ayo)")  # fmt: skip
+    prof.set_defaults(func=cmd_profile)
     return parser
+
+
+def cmd_profile(args: argparse.Namespace) -> int:
+    import asyncio
+    import os
+    from pathlib import Path
+
+    import torch
+
+    from ayo.ingest import default_data_dir
+    from ayo.profiling import PROFILE_HEADERS, profile_default_engines, profile_path, profile_rows
+    from ayo.scheduler.profiler import save_profiles
+
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    profiles, samples, dtype = asyncio.run(
+        profile_default_engines(args.model, args.dtype, args.threads)
+    )
+    threads = args.threads or torch.get_num_threads()
+    path = profile_path(Path(args.data_dir or default_data_dir()), args.model, dtype, threads)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    save_profiles(path, profiles)
+    for name, rows in samples.items():
+        shapes = ", ".join(f"{s.items}x{s.tokens_per_item}: {s.latency_ms:.1f}" for s in rows)
+        print(f"# {name} samples (items x tokens: ms): {shapes}")
+    print(f"# {args.model} {dtype}, {threads} LLM threads; saved {path}")
+    widths = [max(len(str(r[i])) for r in [PROFILE_HEADERS, *profile_rows(profiles)]) for i in
+              range(len(PROFILE_HEADERS))]  # fmt: skip
+    for row in [PROFILE_HEADERS, *profile_rows(profiles)]:
+        print(" | ".join(str(v).rjust(w) for v, w in zip(row, widths)))
+    return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:

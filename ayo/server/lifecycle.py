@@ -54,6 +54,8 @@ def build_engines(config: ServerConfig, **llm_options: Any) -> tuple[Any, Any, A
 
 def make_state(config: ServerConfig, llm: Any, embedder: Any, store: Any) -> ServerState:
     """The runtime over already loaded engines (the apps search ``config.collection``)."""
+    import torch
+
     from ayo.adapters import (
         EmbedderAdapter,
         LLMAdapter,
@@ -63,8 +65,11 @@ def make_state(config: ServerConfig, llm: Any, embedder: Any, store: Any) -> Ser
     )
     from ayo.app import App
     from ayo.engines import Reranker
+    from ayo.profiling import stored_profiles
 
-    app = App(max_queries=config.max_concurrent_queries)
+    threads = llm.config.num_threads or torch.get_num_threads()
+    profiles = stored_profiles(config.data_path, config.model, llm.config.dtype, threads)
+    app = App(max_queries=config.max_concurrent_queries, profiles=profiles)
     llm_adapter = LLMAdapter(llm)
     engines = {
         "llm": llm_adapter,
