@@ -5,7 +5,7 @@ The passes (stage decomposition, the prefill split) and the critical-path policy
 constants in ``scheduler/profile.py``. This measures the real LLM and embedder on this machine,
 fits the same latency model (``scheduler/profiler.py``), prints it beside those constants and
 stores it in the data directory, keyed by machine, model, dtype and thread count
-(:func:`profile_path`), where ``App.default`` and the server will read it.
+(:func:`profile_path`), where the server reads it at start (:func:`stored_profiles`).
 
 LLM samples: a decode step of ``b`` sequences (``items = b``, one token each: the mean step of
 an 8-token decode of all of them) and a prefill of ``t`` tokens of one sequence (``items = 1,
