@@ -160,13 +160,13 @@ def recording_llm(engine: Any, max_new_tokens: int) -> Any:
             self.calls: list[dict[str, Any]] = []
             self._prompts: dict[Any, list[int]] = {}
 
-        async def prefill(self, seq: Any, tokens: list[int]) -> None:
+        async def prefill(self, seq: Any, tokens: list[int], info: Any = None) -> None:
             self._prompts.setdefault(seq, []).extend(tokens)
-            await super().prefill(seq, tokens)
+            await super().prefill(seq, tokens, info)
 
-        async def decode(self, seq: Any, params: Any):  # LLMAdapter.decode, counting tokens
+        async def decode(self, seq: Any, params: Any, info: Any = None):  # counting tokens
             generated = 0
-            stream = self.engine.decode(seq, self.sampling_params(params))
+            stream = self.engine.decode(seq, self.sampling_params(params), info=info)
             try:
                 async with contextlib.aclosing(stream):
                     async for piece in stream:

@@ -73,7 +73,11 @@ class DecodeParams:
 
 class LLM(Protocol):
     """Prefill / decode on live sequences (Prefill, PartialPrefill, FullPrefill, Decode,
-    PartialDecode). ``decode`` yields pieces that are ``str`` or have a ``text`` attribute."""
+    PartialDecode). ``decode`` yields pieces that are ``str`` or have a ``text`` attribute.
+
+    Optional: an LLM with ``set_step_order(order)`` lets the runtime's policy order its steps
+    (``LLMEngine.set_step_order``); its ``prefill``, ``decode`` and ``score`` then also take an
+    ``info=`` keyword (the calling primitive's request). One without it is called as above."""
 
     tokenizer: Tokenizer
 

@@ -159,3 +159,23 @@ async def test_the_runtime_gives_each_llm_call_its_primitives_request_info(tiny_
     fcfs = LLMEngine.from_model(tiny_llama.path, block_size=4, num_blocks=8, max_model_len=32)
     BatchedLLM("llm", [LLMAdapter(fcfs)], policy="fcfs")
     assert fcfs._core.scheduler.order is None  # fcfs: the engine's own arrival order
+
+
+async def test_the_peers_benchmarks_recording_llm_takes_the_step_order_info(tiny_llama):
+    """``benchmarks.peers`` wraps the LLM adapter; under a policy its prefill and decode get
+    ``info`` and still record each call."""
+    from ayo.scheduler.batched_llm import BatchedLLM
+    from ayo.scheduler.engine_api import DecodeParams
+    from benchmarks.peers import recording_llm
+
+    eng = LLMEngine.from_model(tiny_llama.path, block_size=4, num_blocks=64, max_model_len=64)
+    async with eng:
+        recorder = recording_llm(eng, max_new_tokens=3)
+        llm = BatchedLLM("llm", [recorder], policy="critical_path")
+        seq = await llm.open()
+        await llm.prefill(seq, tiny_llama.prompts[0])
+        assert isinstance(eng._core.seqs[seq.seq_id].info, PendingRequest)
+        await llm.decode_text(seq, DecodeParams(max_tokens=3))
+        await llm.close(seq)
+    (call,) = recorder.take_calls()
+    assert call["prompt_ids"] == tiny_llama.prompts[0] and call["generated"] == 3
