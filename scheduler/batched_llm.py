@@ -19,7 +19,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import inspect
 import itertools
+import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -31,6 +33,8 @@ from .batching import PendingRequest, make_order, sequence_order
 from .engine_api import DecodeParams
 from .engine_scheduler import BatchRecord, EngineScheduler
 from .request_info import CURRENT, make_request
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(eq=False)
@@ -122,6 +126,11 @@ class BatchedLLM:
             order = sequence_order(make_order(policy, **dict(policy_options or {})), clock)
             for i, inst in enumerate(self.instances):
                 if callable(getattr(inst, "set_step_order", None)):
+                    if not _takes_info(inst):  # e.g. a subclass overriding prefill without it
+                        log.warning("LLM %s: %s has set_step_order but its prefill, decode or "
+                                    "score takes no info=; its steps keep arrival order",
+                                    self._rows[i], type(inst).__name__)  # fmt: skip
+                        continue
                     inst.set_step_order(order)
                     self._ordered[i] = True
 
@@ -347,6 +356,20 @@ class _DecodeRun:
         self.admission: Admission | None = None
         self.pieces = 0
         self.ok = False
+
+
+def _takes_info(inst: Any) -> bool:
+    """Whether ``prefill``, ``decode`` and ``score`` of ``inst`` all accept ``info=``."""
+    for name in ("prefill", "decode", "score"):
+        try:
+            params = inspect.signature(getattr(inst, name)).parameters
+        except (AttributeError, TypeError, ValueError):
+            return False
+        if "info" not in params and not any(
+            p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()
+        ):
+            return False
+    return True
 
 
 def _key(instance: int, raw: Any) -> Any:

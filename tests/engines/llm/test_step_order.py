@@ -179,3 +179,29 @@ async def test_the_peers_benchmarks_recording_llm_takes_the_step_order_info(tiny
         await llm.close(seq)
     (call,) = recorder.take_calls()
     assert call["prompt_ids"] == tiny_llama.prompts[0] and call["generated"] == 3
+
+
+async def test_an_adapter_subclass_without_info_keeps_working_in_arrival_order(tiny_llama, caplog):
+    """A user's LLMAdapter subclass whose prefill override takes no ``info=``: the policy does
+    not order its steps (a warning says so), and its calls still work."""
+    from ayo.adapters import LLMAdapter
+    from ayo.scheduler.batched_llm import BatchedLLM
+    from ayo.scheduler.engine_api import DecodeParams
+
+    class Counting(LLMAdapter):
+        prefills = 0
+
+        async def prefill(self, seq, tokens):
+            Counting.prefills += 1
+            await super().prefill(seq, tokens)
+
+    eng = LLMEngine.from_model(tiny_llama.path, block_size=4, num_blocks=64, max_model_len=64)
+    async with eng:
+        with caplog.at_level("WARNING", logger="ayo.scheduler.batched_llm"):
+            llm = BatchedLLM("llm", [Counting(eng)], policy="depth")
+        assert "takes no info=" in caplog.text and eng._core.scheduler.order is None
+        seq = await llm.open()
+        await llm.prefill(seq, tiny_llama.prompts[0])
+        assert isinstance(await llm.decode_text(seq, DecodeParams(max_tokens=2)), str)
+        await llm.close(seq)
+    assert Counting.prefills == 1
