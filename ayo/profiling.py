@@ -19,13 +19,13 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
-import platform
 import re
 import statistics
 import time
 from pathlib import Path
 from typing import Any
 
+from ayo.engines.llm.config import cpu_model
 from ayo.scheduler.profile import DEFAULT_PROFILES, EngineProfile
 from ayo.scheduler.profiler import Sample, load_profiles, profile_from
 
@@ -115,13 +115,7 @@ async def measure_embedder(
 
 def profile_path(data_dir: Path, model: str, dtype: str, threads: int) -> Path:
     """Where a profile of this machine, model, dtype and thread count is stored."""
-    cpu = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo") as f:
-            cpu = next(line.split(":", 1)[1].strip() for line in f if "model name" in line)
-    except (OSError, StopIteration):
-        pass
-    key = f"{cpu}|{model}|{dtype}|{threads}"
+    key = f"{cpu_model()}|{model}|{dtype}|{threads}"
     slug = re.sub(r"[^a-z0-9]+", "-", f"{model}-{dtype}-{threads}t".lower()).strip("-")
     return data_dir / "profiles" / f"{slug}-{hashlib.sha1(key.encode()).hexdigest()[:8]}.json"
 

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import logging
 import os
-import platform
 import statistics
 import time
 from collections.abc import Callable
 
 import torch
+
+from ayo.engines.llm.config import cpu_model
 
 
 def setup_benchmark_logging() -> None:
@@ -25,13 +26,7 @@ def machine() -> str:
     """One line naming the device the numbers come from."""
     if torch.cuda.is_available():
         return f"{torch.cuda.get_device_name()} (torch {torch.__version__})"
-    cpu = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo") as f:
-            cpu = next(line.split(":", 1)[1].strip() for line in f if "model name" in line)
-    except (OSError, StopIteration):
-        pass
-    return f"{cpu}, {os.cpu_count()} cores, {torch.get_num_threads()} torch threads (torch {torch.__version__})"
+    return f"{cpu_model()}, {os.cpu_count()} cores, {torch.get_num_threads()} torch threads (torch {torch.__version__})"
 
 
 def sync(device: torch.device) -> None:

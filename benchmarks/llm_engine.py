@@ -22,14 +22,13 @@ import asyncio
 import inspect
 import json
 import os
-import platform
 import random
 import sys
 import time
 
 import torch
 
-from ayo.engines.llm.config import amx_bf16, auto_dtype
+from ayo.engines.llm.config import amx_bf16, auto_dtype, cpu_model
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 MODEL = "smollm2-135m-instruct"
@@ -71,12 +70,7 @@ def workload(n: int, lo: int, hi: int, seed: int, vocab: int) -> list[list[int]]
 
 
 def machine() -> str:
-    name = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo") as f:
-            name = next(line.split(":", 1)[1].strip() for line in f if "model name" in line)
-    except (OSError, StopIteration):
-        pass
+    name = cpu_model()
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     amx = "AMX bf16" if amx_bf16() else "no AMX"
     return (

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import platform
 from dataclasses import dataclass, field
 
 import torch
@@ -12,14 +13,23 @@ SUPPORTED_ARCHITECTURES = ("LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCa
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 
 
-def cpu_flags() -> frozenset[str]:
-    """The CPU's feature flags from /proc/cpuinfo (empty where there is none)."""
+def _cpuinfo(key: str) -> str | None:
+    """The value of the first /proc/cpuinfo line starting with ``key`` (None without one)."""
     try:
         with open("/proc/cpuinfo") as f:
-            line = next(line for line in f if line.startswith("flags"))
+            return next(line.split(":", 1)[1].strip() for line in f if line.startswith(key))
     except (OSError, StopIteration):
-        return frozenset()
-    return frozenset(line.split(":", 1)[1].split())
+        return None
+
+
+def cpu_flags() -> frozenset[str]:
+    """The CPU's feature flags from /proc/cpuinfo (empty where there is none)."""
+    return frozenset((_cpuinfo("flags") or "").split())
+
+
+def cpu_model() -> str:
+    """The CPU's model name (/proc/cpuinfo, else what ``platform`` knows)."""
+    return _cpuinfo("model name") or platform.processor() or platform.machine()
 
 
 def amx_bf16() -> bool:
@@ -98,10 +108,6 @@ class EngineConfig:
         num_threads: torch intra-op threads for the worker; ``None`` leaves torch's default.
         attention: ``"auto"`` (the matmul path on CPU, ``ayo.kernels`` elsewhere), ``"kernels"``
             or ``"matmul"`` (see ``engines/llm/attention.py``).
-        compile: run decode-only steps through ``torch.compile`` (Inductor, CPU attention path):
-            about 1.35x faster steps for a compile of tens of seconds per batch-shape family at
-            start (``LLMEngine.warm_up``); Inductor caches its kernels on disk
-            (``TORCHINDUCTOR_CACHE_DIR``). See ``benchmarks.llm_compile``.
     """
 
     dtype: str = "float32"
@@ -114,7 +120,6 @@ class EngineConfig:
     enable_prefix_caching: bool = True
     num_threads: int | None = None
     attention: str = "auto"
-    compile: bool = False
 
     def __post_init__(self) -> None:
         if self.dtype == "auto":
