@@ -2,7 +2,14 @@
 
     python -m benchmarks.e2e --data-dir DIR [--apps naive_rag,advanced_rag] [--questions 8]
         [--rates 0.5,1] [--max-tokens 32] [--dtype float32] [--policy critical_path]
-        [--out /tmp/ayo-e2e] [--quick]
+        [--mix] [--out /tmp/ayo-e2e] [--quick]
+
+``--policy fcfs,depth,critical_path`` runs everything once per policy (a fresh App on fresh
+engines each time) at the same offered rates (those of the first policy's serial capacity)
+and adds a policy table, a latency-vs-rate plot per policy and, per policy, a Gantt of the LLM
+engine's steps in the highest-rate optimized run, coloured by query. ``--mix`` runs the apps
+together (question ``i`` to app ``i mod len(apps)``; contextual_rag gets three seeded wiki
+summaries as its documents).
 
 Engines: the embedded default (SmolLM2-135M-Instruct, all-MiniLM-L6-v2, the reranker over it,
 faiss + BM25 over the ``wiki`` collection of ``--data-dir``, ingested first when missing).
@@ -26,14 +33,26 @@ import random
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from ayo.scheduler.batching import POLICIES
 
 from .common import machine, print_table, setup_benchmark_logging
-from .e2e_core import MODES, Plan, run_all
-from .e2e_report import HEADERS, plot_latency_vs_rate, table_rows, write_gantts, write_json
+from .e2e_core import MODES, Plan, SettingResult, run_all
+from .e2e_report import (
+    HEADERS,
+    answers_equal_across,
+    plot_latency_vs_rate,
+    plot_policies,
+    policy_table,
+    table_rows,
+    write_gantts,
+    write_json,
+    write_policies_json,
+    write_step_gantt,
+)
 
 log = logging.getLogger("benchmarks.e2e")
 WARMUP_QUESTION = "What is a black hole?"
@@ -67,13 +86,11 @@ async def ensure_wiki(store: Any, collection: str) -> None:
     log.info("ingested %d documents in %.0f s", summary.documents, summary.seconds)
 
 
-def build_app(args: argparse.Namespace) -> Any:
+def build_app(args: argparse.Namespace, policy: str) -> Any:
     from ayo.app import App
 
-    options: dict[str, Any] = {"policy": args.policy}
+    options: dict[str, Any] = {"policy": policy}
     if args.split_min_tokens is not None:  # the LLM profile the prefill-split pass reads
-        from dataclasses import replace
-
         from ayo.scheduler import DEFAULT_PROFILES
 
         llm = replace(DEFAULT_PROFILES["llm"], prefill_split_min_tokens=args.split_min_tokens)
@@ -106,38 +123,74 @@ def prefix_cache_reset(app: Any) -> Callable[[], None]:
 def estimate_s(warm_ms: dict[str, float], plan: Plan) -> float:
     """Seconds the measurements should take, from one warm-up latency per app."""
     total = 0.0
-    serial_n = plan.serial_n or len(plan.questions)
-    for name in plan.apps:
-        lat = warm_ms[name] / 1e3
+    n = len(plan.questions)
+    serial_n = plan.serial_n or n
+    lats = [warm_ms[name] / 1e3 for name in plan.apps]
+    groups = [sum(lats) / len(lats)] if plan.mix else lats
+    for lat in groups:
         total += 2 * serial_n * lat
         for mult in plan.rate_multipliers:
-            total += 2 * (len(plan.questions) / (mult / lat) + lat)
+            total += 2 * (n / (mult / lat) + lat)
     return total
 
 
-async def bench(args: argparse.Namespace, plan: Plan) -> tuple[list, dict[str, Any]]:
+def wiki_documents(n: int, seed: int, per_query: int = 3) -> tuple[tuple[str, ...], ...]:
+    """``per_query`` seeded wiki summaries for each of ``n`` queries (contextual_rag's input)."""
+    from ayo.engines.corpus import load_wiki
+
+    articles = load_wiki()
+    rng = random.Random(seed)
+    return tuple(tuple(a.extract for a in rng.sample(articles, per_query)) for _ in range(n))
+
+
+class StepLog:
+    """Records the LLM engine's steps during the highest-rate optimized run (``run_all``'s
+    ``on_mode`` hook)."""
+
+    def __init__(self, engine: Any, load_prefix: str) -> None:
+        self.engine, self.prefix = engine, load_prefix
+        self.steps: list[Any] = []
+
+    def __call__(self, event: str, load: str, mode: str) -> None:
+        if mode != MODES[0] or not load.startswith(self.prefix):
+            return
+        if event == "start":
+            self.engine.record_steps(True)
+        else:
+            self.steps = list(self.engine.record_steps(False))
+
+
+async def bench(
+    args: argparse.Namespace, plan: Plan, policy: str
+) -> tuple[list[SettingResult], dict[str, Any], StepLog | None]:
     t_load = time.perf_counter()
-    app = build_app(args)
+    app = build_app(args, policy)
     if args.engines == "default":
         await ensure_wiki(app.engines.instances("index")[0].store, args.collection)
     meta: dict[str, Any] = {"load_s": round(time.perf_counter() - t_load, 1)}
     async with app:
         warm: dict[str, float] = {}
-        for name in plan.apps:  # compiles both plans, warms the kernels and the templates
-            for mode in MODES:
-                r = await app.run(name, {"question": WARMUP_QUESTION}, optimize=mode == MODES[0])
+        warmup = replace(plan, questions=(WARMUP_QUESTION,))
+        for name in plan.apps:
+            ((_, inputs),) = warmup.queries(app, (name,))
+            for mode in MODES:  # compiles both plans, warms the kernels and the templates
+                r = await app.run(name, inputs, optimize=mode == MODES[0])
                 warm[name] = max(warm.get(name, 0.0), r.latency_ms)
         expected = estimate_s(warm, plan)
         log.info("warm-up latency %s; expected duration of the measurements ~%.0f s (%.1f min)",
                  {k: f"{v / 1e3:.1f} s" for k, v in warm.items()}, expected, expected / 60)  # fmt: skip
         meta.update(warmup_ms=warm, expected_s=round(expected))
         t0 = time.perf_counter()
+        steps = None
+        if args.engines == "default" and plan.rate_multipliers:
+            top = max(plan.rate_multipliers)
+            steps = StepLog(app.engines.instances("llm")[0].engine, f"poisson {top:g}x ")
         reset = prefix_cache_reset(app) if args.engines == "default" else lambda: None
-        results = await run_all(app, plan, log.info, reset)
+        results = await run_all(app, plan, log.info, reset, steps)
         meta["measure_s"] = round(time.perf_counter() - t0, 1)
         if args.engines == "default":
             meta["llm_stats"] = str(app.engines.instances("llm")[0].engine.stats())
-    return results, meta
+    return results, meta, steps
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -160,8 +213,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--split-min-tokens", type=int, default=None, help="the LLM profile's "
                    "prefill_split_min_tokens (a large value turns the prefill split off)")  # fmt: skip
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--policy", choices=POLICIES, default="critical_path", help="the engines' "
-                   "batching policy, which also orders the LLM engine's steps")  # fmt: skip
+    p.add_argument("--policy", default="critical_path", help="the engines' batching policy, "
+                   "which also orders the LLM engine's steps; several, comma-separated, run "
+                   f"one after another (of {', '.join(POLICIES)})")  # fmt: skip
+    p.add_argument("--mix", action="store_true", help="run the apps together (question i to "
+                   "app i mod len(apps)) instead of one app at a time")  # fmt: skip
     p.add_argument("--out", type=Path, default=Path("/tmp/ayo-e2e"), help="folder for outputs")
     p.add_argument("--engines", choices=("default", "fake"), default="default",
                    help="embedded engines, or the deterministic fakes (a smoke run)")  # fmt: skip
@@ -173,6 +229,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         args.max_tokens = min(args.max_tokens, 8)
     if args.questions < 1 or args.max_tokens < 1:
         p.error("--questions and --max-tokens must be >= 1")
+    args.policies = [x for x in args.policy.split(",") if x]
+    unknown = [x for x in args.policies if x not in POLICIES]
+    if unknown or not args.policies:
+        p.error(f"--policy: unknown {unknown}; choose from {', '.join(POLICIES)}")
     if args.llm_threads < 0 or args.embedder_threads < 0:
         p.error("--llm-threads and --embedder-threads must be >= 0 (0: torch's default)")
     return args
@@ -182,37 +242,73 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     setup_benchmark_logging()
     args.out.mkdir(parents=True, exist_ok=True)
+    from ayo.apps import APPS
+
+    apps = tuple(a for a in args.apps.split(",") if a)
+    needs_docs = any("documents" in APPS[a].required for a in apps if a in APPS)
     plan = Plan(
-        apps=tuple(a for a in args.apps.split(",") if a),
+        apps=apps,
         questions=tuple(fanoutqa_questions(args.questions, args.seed)),
         rate_multipliers=tuple(float(x) for x in args.rates.split(",") if x),
         seed=args.seed,
         serial_n=args.serial_questions,
+        mix=args.mix,
+        documents=wiki_documents(args.questions, args.seed) if needs_docs else (),
     )
     where = machine()
     load_before = os.getloadavg()
     log.info("machine: %s; load average %.2f %.2f %.2f", where, *load_before)
     started = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
-    results, meta = asyncio.run(bench(args, plan))
+    by_policy: dict[str, list[SettingResult]] = {}
+    metas: dict[str, Any] = {}
+    steps: dict[str, StepLog | None] = {}
+    for policy in args.policies:
+        log.info("policy %s", policy)
+        results, metas[policy], steps[policy] = asyncio.run(bench(args, plan, policy))
+        by_policy[policy] = results
+        if plan.capacity_qps is None:  # the later policies get the same offered rates
+            serial = [r for r in results if r.rate_qps is None]
+            plan = replace(
+                plan, capacity_qps={r.app: 1e3 / r.runs[MODES[1]].mean_ms for r in serial}
+            )
     load_after = os.getloadavg()
     split = "" if args.split_min_tokens is None else f"split min {args.split_min_tokens} tokens, "
     settings = (f"engines {args.engines}, policy {args.policy}, {split}LLM {args.dtype}, max {args.max_tokens} new tokens per "
                 f"call, LLM threads {args.llm_threads or 'default'}, embedder threads "
                 f"{args.embedder_threads or 'default'}, {len(plan.questions)} fanoutqa dev "
-                f"questions (seed {args.seed})")  # fmt: skip
-    print(f"# {machine()}")
+                f"questions (seed {args.seed}){', apps mixed' if args.mix else ''}")  # fmt: skip
+    print(f"# {where}")
     print(f"# {settings}; started {started}; load average before {load_before[0]:.2f}, after "
           f"{load_after[0]:.2f} (1 min)")  # fmt: skip
-    print_table(HEADERS, table_rows(results))
-    meta.update(machine=where, settings=settings, started=started, argv=sys.argv[1:],
-                loadavg_before=load_before, loadavg_after=load_after,
-                questions=list(plan.questions))  # fmt: skip
-    write_json(args.out / "e2e.json", meta, results)
+    for policy, results in by_policy.items():
+        if len(by_policy) > 1:
+            print(f"# policy {policy}")
+        print_table(HEADERS, table_rows([x for r in results for x in r.per_app()]))
     title = f"{where}\n{settings}"
-    plot_latency_vs_rate(args.out / "latency_vs_rate.png", results, title)
-    gantts = write_gantts(args.out, results)
-    print(f"# wrote {args.out / 'e2e.json'}, {args.out / 'latency_vs_rate.png'}"
-          + "".join(f", {g}" for g in gantts))  # fmt: skip
+    written = [args.out / "e2e.json", args.out / "latency_vs_rate.png"]
+    meta = {"machine": where, "settings": settings, "started": started,
+            "argv": sys.argv[1:] if argv is None else argv, "loadavg_before": load_before,
+            "loadavg_after": load_after, "questions": list(plan.questions)}  # fmt: skip
+    if len(by_policy) == 1:
+        ((policy, results),) = by_policy.items()
+        write_json(written[0], {**meta, **metas[policy]}, results)
+        plot_latency_vs_rate(written[1], results, title)
+        written += write_gantts(args.out, results)
+    else:
+        print("# policies side by side: mean / p99 s, optimized then module by module")
+        print_table(*policy_table(by_policy))
+        same, total = answers_equal_across(by_policy)
+        print(f"# answers equal across every policy, load and mode: {same}/{total} questions")
+        write_policies_json(written[0], {**meta, "runs": metas}, by_policy)
+        plot_policies(written[1], by_policy, title)
+    for policy, log_ in steps.items():
+        if log_ is not None and log_.steps:
+            path = args.out / f"llm_steps_{policy}.png"
+            top = [r for r in by_policy[policy] if r.rate_qps is not None][-1]
+            write_step_gantt(path, log_.steps, top.runs[MODES[0]],
+                             f"LLM steps, policy {policy}, {top.app} {top.load}, optimized")  # fmt: skip
+            written.append(path)
+    print("# wrote " + ", ".join(str(w) for w in written))
     return 0
 
 

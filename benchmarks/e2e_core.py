@@ -13,6 +13,9 @@ the optimized plan (Ayo's passes) and with ``optimize=False`` (module by module)
 engines are idle: the real benchmark empties the LLM's prefix cache there, so no query finds
 its own prompt cached by an earlier run of the same question (a module-by-module prompt would
 match whole, a split one only up to its split, which would favour one mode).
+
+With ``Plan.mix`` the apps run together: question ``i`` goes to app ``i mod len(apps)``, the
+serial capacity is the whole mix's, and the results give each app's share (``per_app``).
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ import asyncio
 import random
 import statistics
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -38,6 +41,14 @@ class ModeRun:
     answers: list[str] = field(default_factory=list)
     wall_s: float = 0.0
     traces: list[Any] = field(default_factory=list)
+    apps: list[str] = field(default_factory=list)  # each query's app
+
+    def only(self, app: str) -> ModeRun:
+        """The queries of ``app`` (the run's wall time kept)."""
+        keep = [i for i, a in enumerate(self.apps) if a == app]
+        pick = lambda xs: [xs[i] for i in keep if i < len(xs)]  # noqa: E731
+        return ModeRun(self.mode, pick(self.latencies_ms), pick(self.answers), self.wall_s,
+                       pick(self.traces), pick(self.apps))  # fmt: skip
 
     @property
     def n(self) -> int:
@@ -88,6 +99,16 @@ class SettingResult:
     @property
     def speedup_p99(self) -> float:
         return self.runs[MODES[1]].p99_ms / self.runs[MODES[0]].p99_ms
+
+    def per_app(self) -> list[SettingResult]:
+        """One result per app of a mixed setting (this one alone when it has one app)."""
+        apps = list(dict.fromkeys(self.runs[MODES[0]].apps))
+        if len(apps) <= 1:
+            return [self]
+        return [
+            SettingResult(a, self.load, self.rate_qps, {m: r.only(a) for m, r in self.runs.items()})
+            for a in apps
+        ]
 
     @property
     def equal_answers(self) -> int:
@@ -147,90 +168,129 @@ def _no_reset() -> None:
     return None
 
 
+Query = tuple[str, dict[str, Any]]  # (app, inputs)
+
+
+def _record(run: ModeRun, app_name: str, result: Any) -> None:
+    run.latencies_ms.append(result.latency_ms)
+    run.answers.append(_answer(result.outputs))
+    run.traces.append(result.trace)
+    run.apps.append(app_name)
+
+
 async def run_serial(
-    app: Any, name: str, questions: Sequence[str], reset: Reset = _no_reset
+    app: Any, label: str, queries: Sequence[Query], reset: Reset = _no_reset
 ) -> SettingResult:
-    """Each question once per mode, one query at a time, modes alternating."""
+    """Each query once per mode, one at a time, modes alternating."""
     runs = {m: ModeRun(m) for m in MODES}
-    for i, question in enumerate(questions):
+    for i, (name, inputs) in enumerate(queries):
         order = MODES if i % 2 == 0 else MODES[::-1]
         for mode in order:
             reset()
             t0 = time.perf_counter()
-            result = await app.run(name, {"question": question}, optimize=mode == MODES[0])
-            run = runs[mode]
-            run.wall_s += time.perf_counter() - t0
-            run.latencies_ms.append(result.latency_ms)
-            run.answers.append(_answer(result.outputs))
-            run.traces.append(result.trace)
-    return SettingResult(name, "serial", None, runs)
+            result = await app.run(name, inputs, optimize=mode == MODES[0])
+            runs[mode].wall_s += time.perf_counter() - t0
+            _record(runs[mode], name, result)
+    return SettingResult(label, "serial", None, runs)
 
 
 async def _poisson_mode(
-    app: Any, name: str, questions: Sequence[str], arrivals: Sequence[float], mode: str
+    app: Any, queries: Sequence[Query], arrivals: Sequence[float], mode: str
 ) -> ModeRun:
     run = ModeRun(mode)
     loop = asyncio.get_running_loop()
     t0 = loop.time()
 
-    async def one(question: str, at: float) -> Any:
+    async def one(query: Query, at: float) -> Any:
         await asyncio.sleep(max(0.0, t0 + at - loop.time()))  # the arrival, not a poll
-        return await app.run(name, {"question": question}, optimize=mode == MODES[0])
+        return await app.run(query[0], query[1], optimize=mode == MODES[0])
 
-    done = await asyncio.gather(*(one(q, a) for q, a in zip(questions, arrivals)))
+    done = await asyncio.gather(*(one(q, a) for q, a in zip(queries, arrivals)))
     run.wall_s = loop.time() - t0
-    run.latencies_ms = [r.latency_ms for r in done]
-    run.answers = [_answer(r.outputs) for r in done]
-    run.traces = [r.trace for r in done]
+    for (name, _), result in zip(queries, done):
+        _record(run, name, result)
     return run
 
 
 async def run_poisson(
     app: Any,
-    name: str,
-    questions: Sequence[str],
+    label: str,
+    queries: Sequence[Query],
     rate_qps: float,
     seed: int,
     optimized_first: bool = True,
-    label: str | None = None,
+    load: str | None = None,
     reset: Reset = _no_reset,
+    on_mode: Callable[[str, str], None] | None = None,
 ) -> SettingResult:
-    """The questions arriving at ``rate_qps`` (Poisson, seeded), once per mode."""
-    arrivals = poisson_arrivals(len(questions), rate_qps, seed)
+    """The queries arriving at ``rate_qps`` (Poisson, seeded), once per mode. ``on_mode`` is
+    called with ("start" | "end", mode) around each mode's run (the step log hooks on it)."""
+    arrivals = poisson_arrivals(len(queries), rate_qps, seed)
     runs: dict[str, ModeRun] = {}
     for mode in MODES if optimized_first else MODES[::-1]:
         reset()
-        runs[mode] = await _poisson_mode(app, name, questions, arrivals, mode)
-    return SettingResult(name, label or f"poisson {rate_qps:.3g}/s", rate_qps, runs)
+        if on_mode is not None:
+            on_mode("start", mode)
+        runs[mode] = await _poisson_mode(app, queries, arrivals, mode)
+        if on_mode is not None:
+            on_mode("end", mode)
+    return SettingResult(label, load or f"poisson {rate_qps:.3g}/s", rate_qps, runs)
 
 
 @dataclass(frozen=True)
 class Plan:
     """What to run: apps, questions (first ``serial_n`` serially), rates as multiples of the
-    serial capacity of the module-by-module mode (1 / its mean serial latency)."""
+    serial capacity of the module-by-module mode (1 / its mean serial latency), or of
+    ``capacity_qps`` when given (to offer several runs the same rates). ``mix``: the apps run
+    together (see the module doc). ``documents``: per question, the documents given to apps
+    that require a ``documents`` input (contextual_rag)."""
 
     apps: tuple[str, ...]
     questions: tuple[str, ...]
     rate_multipliers: tuple[float, ...]
     seed: int = 0
     serial_n: int | None = None
+    mix: bool = False
+    capacity_qps: Mapping[str, float] | None = None  # by label: the app, or "mix"
+    documents: tuple[tuple[str, ...], ...] = ()
+
+    def queries(self, app: Any, names: Sequence[str]) -> list[Query]:
+        """Question ``i`` for app ``names[i mod len(names)]``, with its documents if needed."""
+        out: list[Query] = []
+        for i, question in enumerate(self.questions):
+            name = names[i % len(names)]
+            inputs: dict[str, Any] = {"question": question}
+            if "documents" in getattr(app.workflow(name), "required", ()):
+                if not self.documents:
+                    raise ValueError(f"app {name!r} needs documents: give Plan.documents")
+                inputs["documents"] = list(self.documents[i % len(self.documents)])
+            out.append((name, inputs))
+        return out
 
 
 async def run_all(
-    app: Any, plan: Plan, log: Callable[[str], None] = lambda _: None, reset: Reset = _no_reset
+    app: Any,
+    plan: Plan,
+    log: Callable[[str], None] = lambda _: None,
+    reset: Reset = _no_reset,
+    on_mode: Callable[[str, str, str], None] | None = None,
 ) -> list[SettingResult]:
-    """Serial, then Poisson at each rate, for every app of ``plan``."""
+    """Serial, then Poisson at each rate, for every app of ``plan`` (or for the mix).
+    ``on_mode(event, load, mode)`` is called around each Poisson run of a mode."""
     results: list[SettingResult] = []
-    serial_questions = plan.questions[: plan.serial_n or len(plan.questions)]
-    for name in plan.apps:
-        serial = await run_serial(app, name, serial_questions, reset)
+    groups = [("mix", plan.apps)] if plan.mix else [(a, (a,)) for a in plan.apps]
+    for label, names in groups:
+        queries = plan.queries(app, names)
+        serial = await run_serial(app, label, queries[: plan.serial_n or len(queries)], reset)
         results.append(serial)
         log(_line(serial))
-        capacity = 1e3 / serial.runs[MODES[1]].mean_ms
+        given = (plan.capacity_qps or {}).get(label)
+        capacity = given or 1e3 / serial.runs[MODES[1]].mean_ms
         for j, mult in enumerate(plan.rate_multipliers):
-            label = f"poisson {mult:g}x ({mult * capacity:.3g}/s)"
+            load = f"poisson {mult:g}x ({mult * capacity:.3g}/s)"
+            hook = None if on_mode is None else (lambda ev, m, load=load: on_mode(ev, load, m))
             res = await run_poisson(
-                app, name, plan.questions, mult * capacity, plan.seed + j, j % 2 == 0, label, reset
+                app, label, queries, mult * capacity, plan.seed + j, j % 2 == 0, load, reset, hook
             )
             results.append(res)
             log(_line(res))

@@ -112,3 +112,122 @@ def write_gantts(out: Path, results: list[SettingResult], app: str = "advanced_r
             trace.write_chrome(stem.with_suffix(".json"))
             written.append(stem.with_suffix(".png"))
     return written
+
+
+def policy_table(by_policy: dict[str, list[SettingResult]]) -> tuple[list[str], list[list]]:
+    """Headers and rows: per app and load, each policy's mean / p99 seconds, optimized then
+    module by module, and the answers equal between the two modes."""
+    policies = list(by_policy)
+    headers = ["app", "load"] + [f"{p} opt" for p in policies] + [f"{p} mbm" for p in policies]
+    headers.append("equal answers")
+    first = [x for r in by_policy[policies[0]] for x in r.per_app()]
+    rows: list[list] = []
+    for i, ref in enumerate(first):
+        cells = [[x for r in by_policy[p] for x in r.per_app()][i] for p in policies]
+        row: list = [ref.app, ref.load.split(" (")[0]]
+        for mode in MODES:
+            row += [f"{c.runs[mode].mean_ms / 1e3:.2f} / {c.runs[mode].p99_ms / 1e3:.2f}"
+                    for c in cells]  # fmt: skip
+        row.append(", ".join(f"{c.equal_answers}/{c.runs[MODES[0]].n}" for c in cells))
+        rows.append(row)
+    return headers, rows
+
+
+def answers_equal_across(by_policy: dict[str, list[SettingResult]]) -> tuple[int, int]:
+    """Questions whose answer is the same in every policy, load and mode: (equal, total)."""
+    answers: dict[int, set[str]] = {}
+    for results in by_policy.values():
+        for r in results:
+            for run in r.runs.values():
+                for i, a in enumerate(run.answers):
+                    answers.setdefault(i, set()).add(a)
+    return sum(len(v) == 1 for v in answers.values()), len(answers)
+
+
+def write_policies_json(
+    path: Path, meta: dict[str, Any], by_policy: dict[str, list[SettingResult]]
+) -> None:
+    data = {p: [x.to_json() for r in rs for x in r.per_app()] for p, rs in by_policy.items()}
+    path.write_text(json.dumps({**meta, "policies": data}, indent=1))
+
+
+def plot_policies(path: Path, by_policy: dict[str, list[SettingResult]], title: str) -> None:
+    """Latency against offered load, one column per policy: mean (top) and p99 (bottom) per
+    app, optimized solid and module by module dashed."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    policies = list(by_policy)
+    fig, axes = plt.subplots(2, len(policies), figsize=(5 * len(policies), 7), squeeze=False,
+                             sharey="row")  # fmt: skip
+    cmap = plt.get_cmap("tab10")
+    for col, policy in enumerate(policies):
+        per_app = [x for r in by_policy[policy] if r.rate_qps is not None for x in r.per_app()]
+        apps = list(dict.fromkeys(x.app for x in per_app))
+        for row, (stat, label) in enumerate((("mean_ms", "mean"), ("p99_ms", "p99"))):
+            ax = axes[row][col]
+            for k, name in enumerate(apps):
+                mine = sorted((x for x in per_app if x.app == name), key=lambda x: x.rate_qps)
+                xs = [x.rate_qps for x in mine]
+                for mode, style in zip(MODES, ("o-", "x--")):
+                    ys = [getattr(x.runs[mode], stat) / 1e3 for x in mine]
+                    ax.plot(xs, ys, style, color=cmap(k % 10),
+                            label=f"{name}, {mode}" if col == 0 else None)  # fmt: skip
+            ax.set_title(f"{policy}: {label} latency")
+            ax.set_xlabel("offered load (queries/s, Poisson)")
+            ax.set_ylabel(f"{label} latency (s)")
+            ax.set_ylim(bottom=0)
+    fig.legend(loc="lower center", ncol=4, fontsize=7)
+    fig.suptitle(title, fontsize=8)
+    fig.tight_layout(rect=(0, 0.06, 1, 1))
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def write_step_gantt(path: Path, steps: list[Any], run: Any, title: str) -> None:
+    """The LLM engine's steps (``LLMEngine.record_steps``) of one run: one row per query (its
+    arrival to its end as a thin grey line, a bar per step it had tokens in, coloured by query),
+    and a top row with each step split by its queries' share of the step's tokens."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    spans = {}  # query id -> (first enqueued, last end) on the same monotonic clock
+    for trace in run.traces:
+        for s in trace.spans:
+            lo, hi = spans.get(s.query_id, (s.enqueued, s.end))
+            spans[s.query_id] = (min(lo, s.enqueued), max(hi, s.end))
+    queries = sorted(spans)
+    t0 = min([lo for lo, _ in spans.values()] + [st.start for st in steps])
+    app_of = {
+        q: run.apps[i] for i, t in enumerate(run.traces) for q in {s.query_id for s in t.spans}
+    }
+    cmap = plt.get_cmap("tab20")
+    color = {q: cmap(i % 20) for i, q in enumerate(queries)}
+    fig, ax = plt.subplots(figsize=(12, 0.32 * len(queries) + 2))
+    rows = {q: i + 1 for i, q in enumerate(queries)}
+    for q, (lo, hi) in spans.items():
+        ax.plot([lo - t0, hi - t0], [rows[q]] * 2, color="0.75", lw=1, zorder=0)
+    for st in steps:
+        total = sum(n for _, n in st.chunks) or 1
+        left = st.start - t0
+        width = max(st.end - st.start, 1e-4)
+        bottom = -0.4
+        for q, n in st.chunks:
+            share = n / total * 0.8
+            c = color.get(q, "0.3")
+            ax.bar(left, share, width, bottom=bottom, color=c, align="edge", linewidth=0)
+            bottom += share
+            if q in rows:
+                ax.barh(rows[q], width, left=left, height=0.6, color=c, linewidth=0)
+    labels = ["LLM step"] + [f"q{q} {app_of.get(q, '')}" for q in queries]
+    ax.set_yticks(range(len(labels)), labels, fontsize=6)
+    ax.invert_yaxis()
+    ax.set_xlabel("time (s)")
+    ax.set_title(f"{title}: {len(steps)} steps", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)

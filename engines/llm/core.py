@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 
@@ -30,6 +31,21 @@ from .sequence import PrefillWaiter, SeqStatus, Sequence
 log = logging.getLogger(__name__)
 
 
+@dataclass(frozen=True)
+class StepRecord:
+    """One model step: when it ran (``time.perf_counter`` seconds) and, per scheduled chunk,
+    the request info's query id (None without one) and the tokens it computed."""
+
+    start: float
+    end: float
+    chunks: tuple[tuple[object, int], ...]
+
+    @classmethod
+    def of(cls, start: float, end: float, chunks: list[ScheduledChunk]) -> StepRecord:
+        parts = tuple((getattr(c.seq.info, "query_id", None), c.num_tokens) for c in chunks)
+        return cls(start, end, parts)
+
+
 class EngineCore(DecodeMixin):
     """Sequences, scheduler, block manager and runner; single-threaded."""
 
@@ -47,6 +63,7 @@ class EngineCore(DecodeMixin):
         self.next_child_id = -1
         self.outbox: list[tuple[Callable, tuple]] = []
         self.counters = {"steps": 0, "computed": 0, "generated": 0, "busy_s": 0.0}
+        self.step_log: list[StepRecord] | None = None  # recording when a list (record_steps)
 
     def post(self, fn: Callable | None, *args) -> None:
         if fn is not None:
@@ -66,10 +83,13 @@ class EngineCore(DecodeMixin):
         if not out.chunks:
             return
         self._run(out.chunks)
+        t1 = time.perf_counter()
         c = self.counters
         c["steps"] += 1
         c["computed"] += out.num_tokens
-        c["busy_s"] += time.perf_counter() - t0
+        c["busy_s"] += t1 - t0
+        if self.step_log is not None:
+            self.step_log.append(StepRecord.of(t0, t1, out.chunks))
 
     def _run(self, chunks: list[ScheduledChunk]) -> None:
         """Run the chunks and postprocess them. When the forward pass raises, the culprit is

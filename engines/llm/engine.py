@@ -21,7 +21,7 @@ from typing import Any
 from ..base import release_openmp_threads, set_worker_threads
 from .commands import Abort, Close, Command, Decode, Open, Prefill, Score
 from .config import EngineConfig, SamplingParams
-from .core import EngineCore
+from .core import EngineCore, StepRecord
 from .errors import (
     ContextLengthExceeded,
     EngineClosed,
@@ -250,6 +250,15 @@ class LLMEngine:
         returns them ranked, first served first; it runs on the worker thread, so it must only
         read. None restores arrival order."""
         self._core.scheduler.order = order
+
+    def record_steps(self, on: bool = True) -> list[StepRecord]:
+        """Start (``on``) or stop recording every model step; returns the records so far (a
+        live list while recording: read it once the engine is idle). For traces and Gantt
+        pictures of which queries shared each step."""
+        core = self._core
+        log_ = core.step_log if core.step_log is not None else []
+        core.step_log = log_ if on else None
+        return log_
 
     async def prefill(
         self, seq: SequenceHandle, tokens_or_text: Prompt, *, info: object = None

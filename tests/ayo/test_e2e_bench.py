@@ -79,3 +79,39 @@ def test_cli_on_fakes_writes_table_json_plot_and_gantts(tmp_path, capsys):
         assert (tmp_path / f"{name}.png").read_bytes()[:4] == b"\x89PNG"
     chrome = json.loads((tmp_path / "gantt_advanced_rag_serial_optimized.json").read_text())
     assert {e["name"] for e in chrome["traceEvents"]} >= {"expansion.decode", "rerank.rerank"}
+
+
+def test_cli_mix_of_four_apps_under_two_policies_on_fakes(tmp_path, capsys):
+    apps = "naive_rag,advanced_rag,search_gen,contextual_rag"
+    argv = ["--engines", "fake", "--fake-delay", "0", "--questions", "4", "--rates",
+            "2,4", "--max-tokens", "8", "--apps", apps, "--mix", "--policy", "fcfs,critical_path"]  # fmt: skip
+    assert e2e.main([*argv, "--out", str(tmp_path)]) == 0
+    printed = capsys.readouterr().out
+    assert "fcfs opt" in printed and "critical_path mbm" in printed
+    assert "answers equal across every policy, load and mode: 4/4 questions" in printed
+    data = json.loads((tmp_path / "e2e.json").read_text())
+    for policy in ("fcfs", "critical_path"):
+        cells = data["policies"][policy]
+        # serial + two rates, each split into the four apps (one question each)
+        assert [c["app"] for c in cells] == apps.split(",") * 3
+        assert all(c["total"] == 1 and c["equal_answers"] == 1 for c in cells)
+    fcfs, cp = (data["policies"][p] for p in ("fcfs", "critical_path"))
+    assert [c["rate_qps"] for c in fcfs] == [c["rate_qps"] for c in cp]  # the same offered rates
+    assert (tmp_path / "latency_vs_rate.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_step_gantt_draws_the_llm_steps_of_a_run(tmp_path):
+    from ayo.engines.llm.core import StepRecord
+    from ayo.tracing import Span, Trace
+    from benchmarks.e2e_core import ModeRun
+    from benchmarks.e2e_report import write_step_gantt
+
+    traces = [
+        Trace([Span(q, "synthesis.decode", "llm", 0.1 * q, 0.1 * q, 1.0 + q)]) for q in (1, 2)
+    ]
+    run = ModeRun(MODES[0], [1000.0, 1000.0], ["a", "b"], 2.0, traces, ["naive_rag", "search_gen"])
+    steps = [StepRecord(0.2, 0.3, ((1, 64), (2, 1))), StepRecord(0.3, 0.35, ((1, 1), (None, 1)))]
+    path = tmp_path / "steps.png"
+    write_step_gantt(path, steps, run, "two queries")
+    assert path.read_bytes()[:4] == b"\x89PNG"
+    assert run.only("search_gen").answers == ["b"] and run.only("search_gen").wall_s == 2.0

@@ -73,6 +73,24 @@ def test_the_papers_two_query_example_inside_the_llm_step(tiny_llama, policy, fi
     assert sorted(n for s in steps for n in s) == ["A", "B", "G"]  # each computed once
 
 
+def test_the_step_log_names_each_steps_queries_and_tokens(tiny_llama):
+    eng = LLMEngine.from_model(
+        tiny_llama.path, block_size=4, num_blocks=64, max_model_len=64,
+        max_num_batched_tokens=2 * PROMPT,
+    )  # fmt: skip
+    eng.set_step_order(sequence_order(make_order("depth"), time.monotonic))
+    records = eng.record_steps()
+    core = eng._core
+    for sid, (_, info) in enumerate(paper_example()):
+        core.handle(Open(sid))
+        core.handle(Prefill(sid, list(range(10 + sid, 10 + sid + PROMPT)), info=info))
+    while core.has_work:
+        core.step()
+    assert [r.chunks for r in records] == [((1, PROMPT), (2, PROMPT)), ((1, PROMPT),)]
+    assert all(r.start <= r.end for r in records)
+    assert eng.record_steps(False) is records and core.step_log is None
+
+
 def test_a_waiting_sequence_takes_the_blocks_of_a_lower_ranked_running_one():
     def scheduler(order):
         bm = BlockManager(num_blocks=4, block_size=4, enable_prefix_caching=False)
