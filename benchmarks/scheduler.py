@@ -33,7 +33,7 @@ from typing import Any
 
 from ayo.app import App
 from ayo.engine_set import EngineConfig
-from ayo.scheduler import DEFAULT_PROFILES, Doc, EngineProfile, LatencyModel, QueryRun
+from ayo.scheduler import DEFAULT_PROFILES, Doc, EngineProfile, GraphRun, LatencyModel, PlanCosts
 from ayo.scheduler.batching import POLICIES, BatchLimits, PendingRequest
 from ayo.scheduler.engine_scheduler import EngineScheduler
 from ayo.scheduler.graph import INPUT_ID, OUTPUT_ID
@@ -212,6 +212,7 @@ async def _overhead_once(
     counted = [0]
     async with app:
         plan = app.plan("naive_rag", inputs)
+        costs = PlanCosts.of(plan, {})  # once per plan, as the App does
         raw = {"llm": NullLLM(), "embedder": NullRetrieval(), "index": NullRetrieval()}
         first = await app.run("naive_rag", inputs)  # warm caches
         per_query = len(plan.nodes) - 2
@@ -220,7 +221,7 @@ async def _overhead_once(
 
         async def one() -> None:
             if policy is None:
-                await QueryRun(plan, inputs, raw).run()
+                await GraphRun(plan, inputs, raw, costs=costs).run()
                 counted[0] += per_query
             else:
                 await app.run("naive_rag", inputs)
@@ -337,7 +338,7 @@ def overhead_report(inflight: int, rounds: int, repeats: int, real: bool) -> Non
             (f"engine scheduler alone, {p}", lambda p=p: _engine_scheduler_once(inflight, p))
             for p in POLICIES
         ),
-        ("reference executor (naive_rag)", lambda: _overhead_once(inflight, rounds, None)),
+        ("graph scheduler alone, engines called", lambda: _overhead_once(inflight, rounds, None)),
         *(
             (f"runtime: App, {p} (naive_rag)", lambda p=p: _overhead_once(inflight, rounds, p))
             for p in POLICIES

@@ -16,7 +16,6 @@ from .errors import (
     UnboundPortError,
     UnknownPortError,
 )
-from .executor import QueryRun, execute
 from .functions import MAP_FUNCTIONS, MapFn, register_map
 from .graph import INPUT_ID, OUTPUT_ID, Edge, EdgeKind, FrozenConfig, Node, Plan
 from .ops import Op, OpInfo
@@ -24,7 +23,7 @@ from .plan_costs import PlanCosts
 from .ports import Port, PortType
 from .profile import DEFAULT_PROFILES, EngineProfile, LatencyModel
 from .prompt import Prompt, RegexTokenizer, Tokenizer
-from .runtime import DeadlineExceeded, GraphRun
+from .runtime import DeadlineExceeded, GraphRun, QueryRun, execute
 from .validate import validate
 from .values import SKIPPED, Chunk, Doc, EndOfStream, SeqHandle
 

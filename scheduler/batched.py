@@ -10,13 +10,13 @@ a time, so only the faulty request fails.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Hashable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from .batching import PendingRequest
-from .eager import gather_eager
 from .request_info import make_request
 
 log = logging.getLogger(__name__)
@@ -219,14 +219,8 @@ class PrefillRunner(MergingRunner):
 
     async def call(self, payloads: list[PrefillCall]) -> list[Any]:
         prefill = self.engine.prefill
-        return await gather_eager(
-            [
-                prefill(p.seq, p.tokens)
-                if p.info is None
-                else prefill(p.seq, p.tokens, info=p.info)
-                for p in payloads
-            ]
-        )
+        calls = [with_info(prefill, p.info, p.seq, p.tokens) for p in payloads]
+        return await asyncio.gather(*calls, return_exceptions=True)
 
 
 class Submitter(Protocol):

@@ -39,8 +39,8 @@ class NodeInfo(Protocol):
 
 class RequestInfo:
     """The primitive on whose behalf an engine is being called. The graph scheduler makes one
-    per task and points it at each primitive the task runs, one after another (a primitive's
-    engine calls, and tasks it spawns and awaits, all happen while it runs); others only read it.
+    per primitive it runs in a task (a primitive's engine calls, and tasks it spawns and awaits,
+    all happen in that task's context); others only read it.
 
     Attributes:
         query_id: the query's number (traces, per-query batching buckets).

@@ -1,50 +1,45 @@
-"""The per-query graph scheduler: the reference executor plus what a serving runtime needs.
+"""The graph scheduler: runs one query of a plan on engines, each primitive as soon as its
+inputs are in.
 
-:class:`GraphRun` runs one query of a plan like :class:`QueryRun` (in-degree counters, dispatch
-on readiness, stream edges, outputs by port, the first error naming its primitive, engine state
-released however the query ends) and adds:
+Per-query state (input values, in-degree counters, stream queues) lives in :class:`GraphRun`,
+never in the shared plan. How a query runs:
 
-- policy inputs for the engine schedulers: each primitive's task carries a :class:`RequestInfo`
-  (query, node, depth, remaining critical-path time from engine profiles, deadline);
-- a deadline: when it passes, the query fails with :class:`DeadlineExceeded` naming the
-  primitives still running; pending primitives are cancelled (withdrawn from engine queues) and
-  LLM sequences and temporary collections are released; cancelling the caller does the same;
-- streamed answers: pieces decoded by chosen nodes go to a callback as they are written;
-- a callback per finished control primitive (Map, Condition, Aggregate) for traces.
+1. The primitives without inputs start, then the query inputs are delivered.
+2. Delivering a value to a node counts down its in-degree; at zero the node is *ready*.
+3. A ready control primitive that cannot wait on anything (Map, Condition, Aggregate of two
+   values) runs at once, in place; any other primitive runs in an asyncio task of its own.
+4. A primitive's outputs are delivered along its out edges (back to 2). Stream edges carry
+   ``Chunk``s into an asyncio queue, closed by ``EndOfStream``; their consumer runs per chunk.
+5. The query ends when its outputs are in and every primitive has finished, or at the first
+   error (an :class:`ExecutionError` naming the primitive), or at the deadline
+   (:class:`DeadlineExceeded`). However it ends, primitives still running are cancelled (which
+   withdraws them from engine queues) and LLM sequences and temporary collections are released.
 
-And it is cheaper per primitive (the runtime's dispatch overhead):
-
-- the first primitive the query inputs make ready runs in the caller's own task, and the first
-  primitive a primitive's outputs make ready runs next in the same task, so a chain of
-  primitives costs no task at all; an error elsewhere or the deadline interrupts the caller's
-  primitive as it would a task's;
-- other primitives made ready start eagerly, in place, and get a task only when they suspend
-  (one that answers at once, e.g. a held prefill, costs none), their request info carried in
-  the task's context;
-- control primitives that cannot suspend run inline, their handler called directly;
-- what each node needs (handler, ports, policy inputs, unpacked out edges, whether SKIPPED can
-  reach it) is computed once per plan (:class:`~.plan_costs.PlanCosts`).
+What the engine schedulers read: each primitive's task holds a :class:`RequestInfo` in
+:data:`CURRENT` (query, node, depth, remaining critical-path time from engine profiles,
+deadline); batching proxies turn the engine calls made under it into policy-ordered requests.
+Streamed answers: pieces decoded by chosen nodes go to a callback as they are written.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextvars
+import itertools
 import logging
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from .eager import resume
 from .errors import ExecutionError
-from .executor import QueryRun
-from .graph import INPUT_ID, OUTPUT_ID, Node, Plan
+from .graph import INPUT_ID, OUTPUT_ID, Edge, EdgeKind, Node, Plan
+from .handlers import HANDLERS, QueryContext, partial_decode_items
 from .ops import Op
-from .plan_costs import NodeFacts, PlanCosts, Route
+from .plan_costs import NodeFacts, PlanCosts
 from .request_info import CURRENT, RequestInfo
-from .values import SKIPPED
+from .values import SKIPPED, Chunk, EndOfStream, SeqHandle
 
 log = logging.getLogger(__name__)
+_numbers = itertools.count(1)
 
 
 class DeadlineExceeded(TimeoutError):
@@ -58,16 +53,19 @@ class DeadlineExceeded(TimeoutError):
         )
 
 
-class GraphRun(QueryRun):
-    """One query of ``plan`` on ``engines`` (usually batching proxies), see the module doc.
+class GraphRun:
+    """One execution of ``plan`` with ``inputs`` on ``engines`` (by name: the engines
+    themselves, or the runtime's batching proxies); ``await run()`` returns the outputs by
+    name. Outputs on a branch a Condition did not take are left out.
 
     Args:
-        query_id: the query's number (engine-scheduler buckets, traces).
-        costs: :meth:`PlanCosts.of` the plan (computed once per plan by the caller).
+        query_id: the query's number (engine-scheduler buckets, traces); a fresh one if None.
+        costs: :meth:`PlanCosts.of` the plan (compute it once per plan and pass it); the
+            default profiles' estimates if None.
         deadline: absolute time on ``clock`` by which the query must end, or None.
         stream_nodes: decode nodes whose pieces go to ``on_piece``.
-        on_control: called with (node, start, end, ok) for each control primitive.
-        clock: seconds; the event loop's clock unless told otherwise.
+        on_control: called with (node, start, end, ok) for each control primitive (traces).
+        clock: seconds; ``time.monotonic`` unless told otherwise.
     """
 
     def __init__(
@@ -76,245 +74,278 @@ class GraphRun(QueryRun):
         inputs: Mapping[str, Any],
         engines: Mapping[str, Any],
         *,
-        query_id: int,
-        costs: PlanCosts,
+        query_id: int | None = None,
+        costs: PlanCosts | None = None,
         deadline: float | None = None,
         stream_nodes: frozenset[str] = frozenset(),
         on_piece: Callable[[str], None] | None = None,
         on_control: Callable[[Node, float, float, bool], None] | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        super().__init__(plan, inputs, engines, f"q{query_id}")
-        self.number = query_id
-        self.costs = costs
+        self.plan = plan
+        self.number = next(_numbers) if query_id is None else query_id
+        self.ctx = QueryContext(f"q{self.number}", engines)
+        self.costs = costs if costs is not None else PlanCosts.of(plan, {})
         self.deadline = deadline
+        self._inputs = dict(inputs)
         self._stream_nodes = stream_nodes
         self._on_piece = on_piece
         self._on_control = on_control
         self._clock = clock
+        shape = plan.run_shape
+        self._inbox: dict[str, dict[str, Any]] = {n.id: {} for n in plan.nodes}  # port -> value
+        self._pending = dict(shape.pending)  # value inputs still to come, per node
+        self._queues: dict[Edge, asyncio.Queue[Chunk | EndOfStream]] = {
+            e: asyncio.Queue() for e in shape.streams
+        }
+        self._tasks: set[asyncio.Task[None]] = set()
         self._active: dict[str, float] = {}  # running primitives: their remaining_ms
-        self._started = clock() if deadline is not None else 0.0  # for the deadline message
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._facts = costs.facts
-        self._caller: asyncio.Task[Any] | None = None  # running a primitive in run()
-        self._interrupted = False
+        self._unfinished = len(plan.nodes) - 2  # every primitive runs (or is skipped) once
+        self._outputs_ready = False
+        self._result: asyncio.Future[dict[str, Any]] | None = None
 
-    # -- QueryState ----------------------------------------------------------------------------
+    # -- what engine calls read of their query (request_info.QueryState) ------------------------
     def remaining_ms(self) -> float:
-        active = self._active  # usually one or two primitives: cheaper to scan when asked
-        return max(active.values()) if active else 0.0
+        """The query's remaining critical-path time: the most of its running primitives'."""
+        return max(self._active.values(), default=0.0)
 
     def decoded(self, node_id: str, piece: Any) -> None:
         if self._on_piece is not None and node_id in self._stream_nodes:
             self._on_piece(piece if isinstance(piece, str) else piece.text)
 
-    # -- running -------------------------------------------------------------------------------
+    # -- the query ----------------------------------------------------------------------------
     async def run(self) -> dict[str, Any]:
-        """Execute; raises ``ExecutionError`` naming the failed primitive, or
-        :class:`DeadlineExceeded`.
-
-        The first primitive the query inputs make ready runs in the caller's task (no task of
-        its own); the others start eagerly and get a task only if they suspend. An error
-        elsewhere, or the deadline, interrupts the caller's primitive as it would a task."""
+        """Execute; raises :class:`ExecutionError` naming the primitive that failed first, or
+        :class:`DeadlineExceeded`."""
         if self._result is not None:
-            raise RuntimeError("a QueryRun runs once; make a new one per query")
-        self._loop = loop = asyncio.get_running_loop()
-        self._result = result = loop.create_future()
-        self._check_inputs()
+            raise RuntimeError("a GraphRun runs once; make a new one per query")
+        missing = [n for n in self.plan.run_shape.inputs if n not in self._inputs]
+        if missing:
+            raise ValueError(f"missing query inputs {missing} for plan {self.plan.name!r}")
+        loop = asyncio.get_running_loop()
+        self._result = loop.create_future()
         timer = None
         if self.deadline is not None:
-            timer = loop.call_later(max(0.0, self.deadline - self._clock()), self._expire)
-        outer = CURRENT.get()
+            started = self._clock()
+            timer = loop.call_later(max(0.0, self.deadline - started), self._expire, started)
         try:
-            first = self._begin_chained()
-            if first is not None and not result.done():
-                self._caller = asyncio.current_task()
-                try:
-                    await self._run_node(first)
-                except asyncio.CancelledError:
-                    # Interrupted by _fail (the query already has its error): swallow that one
-                    # cancellation, keep any other (the caller itself being cancelled).
-                    caller = self._caller
-                    if not self._interrupted or caller is None or caller.uncancel() > 0:
-                        raise
-                finally:
-                    self._caller = None
-            return await result
+            for node in self.plan.run_shape.sources:
+                self._ready(node.id)
+            self._outputs_ready = self._pending[OUTPUT_ID] == 0  # a plan with no outputs
+            inputs = {k: self._inputs[k] for k in self.plan.run_shape.inputs}
+            self._deliver_outputs(INPUT_ID, inputs)
+            self._check_done()
+            return await self._result
         finally:
             if timer is not None:
                 timer.cancel()
-            CURRENT.set(outer)
-            ctx = self.ctx
-            if self._tasks or ctx.open_seqs or ctx.temp_collections:
-                await self._cleanup()
+            await self._cleanup()
 
-    def _begin_chained(self) -> NodeFacts | None:
-        """QueryRun._begin, returning the first primitive the inputs made ready (not started:
-        the caller runs it in its own task)."""
-        self._start_sources()
-        return self._route(self.costs.input_routes, self._inputs, True)
+    def _deliver_outputs(self, node_id: str, outputs: Mapping[str, Any]) -> None:
+        """Each out edge of ``node_id`` gets its port's value."""
+        for edge in self.plan.out_edges(node_id):
+            self._deliver(edge, outputs[edge.src_port])
+
+    def _deliver(self, edge: Edge, value: Any) -> None:
+        if edge.kind == EdgeKind.STREAM:
+            self._queues[edge].put_nowait(value)
+            return
+        self._inbox[edge.dst][edge.dst_port] = value
+        self._pending[edge.dst] -= 1
+        if self._pending[edge.dst] == 0:
+            self._ready(edge.dst)
+
+    def _ready(self, node_id: str) -> None:
+        """All of ``node_id``'s value inputs are in: run it (in place or in a task)."""
+        if node_id == OUTPUT_ID:
+            self._outputs_ready = True
+            self._check_done()
+            return
+        facts = self.costs.facts[node_id]
+        if facts.inline:
+            self._run_inline(facts)
+        else:
+            task = asyncio.get_running_loop().create_task(self._run_in_task(facts))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    def _run_inline(self, facts: NodeFacts) -> None:
+        """A control primitive that cannot wait on anything: its handler, called here."""
+        node, start = facts.node, self._clock()
+        try:
+            data = self._data(facts)
+            if any(v is SKIPPED for v in data.values()) and not facts.coalesce:
+                outputs = {p.name: SKIPPED for p in node.outputs}
+            else:
+                outputs = facts.compute(node, data, self.ctx)  # type: ignore[misc]
+        except Exception as exc:
+            self._node_failed(node, exc)
+            ok = False
+        else:
+            self._unfinished -= 1  # before delivering: the output may be what was waited for
+            self._deliver_outputs(node.id, outputs)
+            self._check_done()
+            ok = True
+        if self._on_control is not None:
+            self._on_control(node, start, self._clock(), ok)
+
+    async def _run_in_task(self, facts: NodeFacts) -> None:
+        """A primitive in its own task, whose context tells the engines who is calling."""
+        node = facts.node
+        CURRENT.set(RequestInfo(self.number, facts, self))
+        self._active[node.id] = facts.remaining_ms
+        timed = self._on_control is not None and not facts.engine
+        start = self._clock() if timed else 0.0
+        ok = False
+        try:
+            await self._execute(facts)
+            ok = True
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            self._node_failed(node, exc)
+        finally:
+            del self._active[node.id]
+            if timed:
+                self._on_control(node, start, self._clock(), ok)  # type: ignore[misc]
+        self._unfinished -= 1
+        self._check_done()
+
+    # -- what a primitive does ------------------------------------------------------------------
+    async def _execute(self, facts: NodeFacts) -> None:
+        node = facts.node
+        data = self._data(facts)
+        stream_in = facts.stream_in
+        if not facts.coalesce and any(v is SKIPPED for v in data.values()):
+            await self._skip(facts)
+        elif stream_in is not None:
+            await self._consume_stream(node, data, stream_in)
+        elif node.op == Op.PARTIAL_DECODE:
+            count = 0
+            async for item in partial_decode_items(node, data, self.ctx):
+                self._emit_chunk(
+                    node, Chunk(count, count, [item]), {p.name: [item] for p in node.outputs}
+                )
+                count += 1
+            self._emit_chunk(node, EndOfStream(count))
+        elif "micro_batch" in node.config:
+            await self._micro_batches(node, data)
+        else:
+            self._deliver_outputs(node.id, await HANDLERS[node.op](node, data, self.ctx))
+
+    def _data(self, facts: NodeFacts) -> dict[str, Any]:
+        """The node's data inputs by port (control ports only order it)."""
+        inbox = self._inbox[facts.node_id]
+        return {name: inbox[name] for name in facts.ports if name in inbox}
+
+    async def _skip(self, facts: NodeFacts) -> None:
+        """An input is SKIPPED (a branch a Condition did not take): pass SKIPPED on, closing
+        any sequence prefilled for this branch."""
+        node = facts.node
+        for value in self._inbox[node.id].values():
+            for handle in value if isinstance(value, list) else [value]:
+                if isinstance(handle, SeqHandle):
+                    await self.ctx.close_seq(handle.engine, handle.seq)
+        if facts.stream_in is not None:  # drain, so the producer's end is consumed
+            while not isinstance(await self._queues[facts.stream_in].get(), EndOfStream):
+                pass
+        if facts.streams_out:
+            self._emit_chunk(node, EndOfStream(0, skipped=True))
+        else:
+            self._deliver_outputs(node.id, {p.name: SKIPPED for p in node.outputs})
+
+    def _emit_chunk(
+        self, node: Node, message: Chunk | EndOfStream, values: Mapping[str, Any] | None = None
+    ) -> None:
+        """One chunk (with each out port's part of ``values``) or the end, down every out edge."""
+        for edge in self.plan.out_edges(node.id):
+            if isinstance(message, Chunk) and values is not None:
+                self._deliver(edge, Chunk(message.index, message.offset, values[edge.src_port]))
+            else:
+                self._deliver(edge, message)
+
+    async def _micro_batches(self, node: Node, data: dict[str, Any]) -> None:
+        """The item port's list in chunks of ``micro_batch`` items, each sent on as it is done."""
+        size, port = node.config["micro_batch"], node.item_port
+        items = list(data[port])
+        index = 0
+        for index, start in enumerate(range(0, max(len(items), 1), size)):
+            chunk = Chunk(index, start, items[start : start + size])
+            out = await HANDLERS[node.op](node, self._slice(node, data, chunk), self.ctx)
+            self._emit_chunk(node, chunk, out)
+        self._emit_chunk(node, EndOfStream(index + 1))
+
+    def _slice(self, node: Node, data: dict[str, Any], chunk: Chunk) -> dict[str, Any]:
+        """``data`` with the item port (and the ports aligned with it) cut to ``chunk``."""
+        sliced = dict(data)
+        sliced[node.item_port] = chunk.items
+        for p in node.inputs:
+            if p.aligned and p.name in data:
+                sliced[p.name] = data[p.name][chunk.offset : chunk.offset + len(chunk.items)]
+        return sliced
+
+    async def _consume_stream(self, node: Node, data: dict[str, Any], edge: Edge) -> None:
+        """The handler once per chunk coming down ``edge`` (an Aggregate gathers them)."""
+        queue = self._queues[edge]
+        parts: list[Any] = []
+        while not isinstance(message := await queue.get(), EndOfStream):
+            if node.op == Op.AGGREGATE:
+                parts.append(message.items)
+                continue
+            chunk_data = self._slice(node, {**data, edge.dst_port: None}, message)
+            self._emit_chunk(node, message, await HANDLERS[node.op](node, chunk_data, self.ctx))
+        if node.op != Op.AGGREGATE:
+            self._emit_chunk(node, message)
+        elif message.skipped:
+            self._deliver_outputs(node.id, {"value": SKIPPED})
+        elif node.config["mode"] == "concat":
+            self._deliver_outputs(node.id, {"value": [x for part in parts for x in part]})
+        else:  # "same": every chunk carried the same value (e.g. the collection written to)
+            if not parts or any(p != parts[0] for p in parts):
+                raise ValueError(f"stream gave {len(parts)} values, expected equal ones")
+            self._deliver_outputs(node.id, {"value": parts[0]})
+
+    # -- how the query ends -------------------------------------------------------------------
+    def _check_done(self) -> None:
+        """Resolve the query once its outputs are in and every primitive has finished, so work
+        with effects outside the query (an Ingest into a named collection) is never cut short."""
+        if self._outputs_ready and self._unfinished == 0 and not self._result.done():  # type: ignore[union-attr]
+            values = self._inbox[OUTPUT_ID]
+            self._result.set_result({k: v for k, v in values.items() if v is not SKIPPED})  # type: ignore[union-attr]
+
+    def _node_failed(self, node: Node, exc: Exception) -> None:
+        """``node`` raised: the query fails with an ExecutionError naming it (cause chained)."""
+        log.debug("query %s: node %s failed", self.ctx.query_id, node.id, exc_info=exc)
+        self._fail(ExecutionError(node.id, node.op.value, exc))
 
     def _fail(self, exc: BaseException) -> None:
-        result = self._result
-        if result is None or result.done():
-            return
-        result.set_exception(exc)
-        caller = self._caller
-        if caller is not None and caller is not asyncio.current_task() and not self._interrupted:
-            self._interrupted = True  # the caller is running a primitive: stop it
-            caller.cancel()
+        """End the query with ``exc`` (the first error wins)."""
+        if self._result is not None and not self._result.done():
+            self._result.set_exception(exc)
 
-    def _expire(self) -> None:
-        budget_ms = (self.deadline - self._started) * 1e3 if self.deadline else 0.0
+    def _expire(self, started: float) -> None:
+        budget_ms = (self.deadline - started) * 1e3  # type: ignore[operator]
         self._fail(DeadlineExceeded(self.ctx.query_id, budget_ms, sorted(self._active)))
 
-    def _emit(self, node: Node, outputs: Mapping[str, Any]) -> None:
-        # The executor's paths (streams, micro-batches, skips): start what becomes ready.
-        self._route(self._facts[node.id].routes, outputs, False)
+    async def _cleanup(self) -> None:
+        """However the query ended: cancel its primitives still running, release engine state."""
+        running = [t for t in self._tasks if not t.done()]
+        for t in running:
+            t.cancel()
+        if running:
+            await asyncio.gather(*running, return_exceptions=True)
+        if self.ctx.open_seqs or self.ctx.temp_collections:
+            await self.ctx.release()
 
-    def _start(self, node: Node) -> None:
-        facts = self._facts[node.id]
-        if facts.inline:
-            self._run_control(facts, False)
-        else:
-            self._start_eagerly(facts)
 
-    def _route(
-        self, routes: tuple[Route, ...], outputs: Mapping[str, Any], chain: bool
-    ) -> NodeFacts | None:
-        """QueryRun._emit with QueryRun._deliver folded in, over precomputed routes. Primitives
-        made ready start (inline control ones run here); with ``chain``, the first other one is
-        returned instead, for the caller to run next in its own task."""
-        inbox, pending, following = self._inbox, self._pending, None
-        for src_port, dst, dst_id, dst_port, stream, only in routes:
-            if only:  # its one value input: ready now
-                inbox[dst_id] = {dst_port: outputs[src_port]}
-            elif stream is not None:
-                self._queues[stream].put_nowait(outputs[src_port])
-                continue
-            else:
-                inbox[dst_id][dst_port] = outputs[src_port]
-                left = pending[dst_id] - 1
-                pending[dst_id] = left
-                if left:
-                    continue
-            if dst is None:
-                self._outputs_ready = True
-                self._finish()
-            elif dst.inline:
-                chained = self._run_control(dst, chain and following is None)
-                if chained is not None:
-                    following = chained
-            elif chain and following is None:
-                following = dst
-            else:
-                self._start_eagerly(dst)
-        return following
+QueryRun = GraphRun  # the reference executor's former name: the same code
 
-    def _run_control(self, facts: NodeFacts, chain: bool) -> NodeFacts | None:
-        """A control primitive that cannot suspend: run here, in the emitting primitive (a
-        plain one by calling its handler directly, others through QueryRun._run_node).
-        Returns the primitive to chain, as :meth:`_route`."""
-        node, on_control = facts.node, self._on_control
-        start = self._clock() if on_control is not None else 0.0
-        compute = facts.compute
-        data = self._plain_inputs(facts) if compute is not None else None
-        following, ok = None, True
-        if data is not None:
-            try:
-                outputs = compute(node, data, self.ctx)  # type: ignore[misc]
-            except Exception as exc:  # the query gets the error, naming this primitive
-                self._node_failed(node, exc)
-                ok = False
-            else:
-                following = self._route(facts.routes, outputs, chain)
-                self._running -= 1
-                if self._outputs_ready:
-                    self._finish()
-        else:
-            step = QueryRun._run_node(self, node)  # emits, counts and reports failure itself
-            try:
-                step.send(None)
-            except StopIteration:
-                ok = not self._failed(node)
-            else:  # an inline primitive awaited something: a bug in _inline_nodes
-                step.close()
-                raise RuntimeError(f"inline primitive {node.id!r} suspended")
-        if on_control is not None:
-            on_control(node, start, self._clock(), ok)
-        return following
 
-    def _start_eagerly(self, facts: NodeFacts) -> None:
-        """Run ``facts``'s node here and now up to its first suspension; only then does it get
-        a task (one that answers at once, e.g. a held prefill, costs none). The emitting
-        primitive's request info is put back afterwards."""
-        outer = CURRENT.get()
-        step = self._run_node(facts)
-        try:
-            waited = step.send(None)
-        except StopIteration:
-            return
-        else:  # suspended: go on in a task whose context holds this primitive's request info
-            context = contextvars.copy_context()
-            task = self._loop.create_task(resume(step, waited), context=context)  # type: ignore[union-attr]
-            self._tasks.add(task)
-        finally:
-            CURRENT.set(outer)
-
-    async def _run_node(self, facts: NodeFacts | None) -> None:  # type: ignore[override]
-        """QueryRun._run_node, with QueryRun._execute's last branch inlined for plain nodes;
-        then the first primitive that node's outputs made ready, in the same task."""
-        info: RequestInfo | None = None
-        result = self._result
-        active, on_control, ctx = self._active, self._on_control, self.ctx
-        while facts is not None and not result.done():  # type: ignore[union-attr]
-            if info is None:  # one per task; the nodes it runs one after another reuse it
-                info = RequestInfo(self.number, facts, self)
-                CURRENT.set(info)
-            else:
-                info.facts = facts
-            node, node_id = facts.node, facts.node_id
-            active[node_id] = facts.remaining_ms
-            control = on_control is not None and not facts.engine
-            start = self._clock() if control else 0.0
-            following = None
-            try:
-                handler = facts.handler
-                data = self._plain_inputs(facts) if handler is not None else None
-                if data is not None:
-                    following = self._route(facts.routes, await handler(node, data, ctx), True)  # type: ignore[misc]
-                else:
-                    await self._execute(node)
-                self._running -= 1
-                if self._outputs_ready:
-                    self._finish()
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
-                self._node_failed(node, exc)
-            finally:
-                del active[node_id]
-                if control:
-                    on_control(node, start, self._clock(), not self._failed(node))  # type: ignore[misc]
-            facts = following
-
-    def _plain_inputs(self, facts: NodeFacts) -> dict[str, Any] | None:
-        """A plain node's data inputs by port (its inbox itself when that holds nothing else),
-        or None when one is SKIPPED (the executor's path then sends SKIPPED on)."""
-        inbox = self._inbox[facts.node_id]
-        data = inbox if facts.whole_inbox else {n: inbox[n] for n in facts.ports if n in inbox}
-        if facts.may_skip:
-            for value in data.values():
-                if value is SKIPPED:
-                    return None
-        return data
-
-    def _failed(self, node: Node) -> bool:
-        res = self._result
-        if res is None or not res.done() or res.cancelled():
-            return False
-        exc = res.exception()
-        return isinstance(exc, ExecutionError) and exc.node == node.id
+async def execute(
+    plan: Plan, inputs: Mapping[str, Any], engines: Mapping[str, Any]
+) -> dict[str, Any]:
+    """Run ``plan`` once on ``engines`` (by name) and return its outputs."""
+    return await GraphRun(plan, inputs, engines).run()
 
 
 def answer_nodes(plan: Plan, port: str = "answer") -> frozenset[str]:

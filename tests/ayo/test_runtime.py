@@ -14,9 +14,8 @@ from ayo.passes import CompileContext, compile_workflow
 from ayo.scheduler import Edge, EngineProfile, ExecutionError, LatencyModel, Plan, Port, PortType
 from ayo.scheduler import primitives as P
 from ayo.scheduler.batching import BatchLimits
-from ayo.scheduler.executor import QueryRun
 from ayo.scheduler.fakes import FakeEmbedder, FakeLLM, fake_engines
-from ayo.scheduler.runtime import DeadlineExceeded
+from ayo.scheduler.runtime import DeadlineExceeded, QueryRun
 from ayo.scheduler.simulation import SimKeywordIndex, run_virtual
 from ayo.workflow import InputShape
 from tests.ayo.test_equivalence import random_workflows

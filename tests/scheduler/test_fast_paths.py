@@ -1,6 +1,6 @@
-"""The runtime's cheap paths behave like the plain asyncio constructs they replace:
-``gather_eager`` like ``gather(..., return_exceptions=True)``, a queued request's future like
-``submit`` (cancelling it withdraws the request), a chain of primitives run in one task."""
+"""The runtime's cheap paths behave like the plain asyncio constructs they replace: a queued
+request's future like ``submit`` (cancelling it withdraws the request), the admission gate's
+count, the serving GC settings."""
 
 from __future__ import annotations
 
@@ -9,63 +9,7 @@ import asyncio
 import pytest
 
 from ayo.scheduler.batching import PendingRequest
-from ayo.scheduler.eager import gather_eager
 from ayo.scheduler.engine_scheduler import EngineScheduler
-
-
-async def _work(delays: list[float], value: int, log: list[str]) -> int:
-    try:
-        for d in delays:
-            await asyncio.sleep(d)
-    except asyncio.CancelledError:
-        log.append(f"cancelled {value}")
-        raise
-    if value < 0:
-        raise ValueError(value)
-    return value
-
-
-async def test_gather_eager_equals_gather_and_spares_tasks_for_instant_work() -> None:
-    def coros(log: list[str]) -> list:
-        cases = [([], 1), ([0.0], 2), ([0.002, 0.0], -3), ([0.001], 4), ([], -5)]
-        return [_work(d, v, log) for d, v in cases]
-
-    before = len(asyncio.all_tasks())
-    got = await gather_eager(coros([]))
-    ref = await asyncio.gather(*coros([]), return_exceptions=True)
-    assert [repr(x) for x in got] == [repr(x) for x in ref]
-    assert len(asyncio.all_tasks()) == before
-    # no suspension at all: nothing but this task ever runs
-    made: list[asyncio.Task] = []
-    loop = asyncio.get_running_loop()
-    loop.set_task_factory(lambda lp, c: made.append(asyncio.Task(c, loop=lp)) or made[-1])
-    try:
-        assert await gather_eager([_work([], v, []) for v in (1, 2, 3)]) == [1, 2, 3]
-    finally:
-        loop.set_task_factory(None)
-    assert made == []
-
-
-async def test_cancelling_gather_eager_cancels_the_suspended_coroutines() -> None:
-    log: list[str] = []
-    task = asyncio.ensure_future(
-        gather_eager([_work([], 1, log), _work([1.0], 2, log), _work([0.0, 1.0], 3, log)])
-    )
-    await asyncio.sleep(0.01)
-    task.cancel()
-    with pytest.raises(asyncio.CancelledError):
-        await task
-    assert sorted(log) == ["cancelled 2", "cancelled 3"]
-
-
-async def test_one_cancelled_coroutine_is_reported_not_propagated() -> None:
-    async def cancelled_inside() -> None:
-        fut = asyncio.get_running_loop().create_future()
-        asyncio.get_running_loop().call_soon(fut.cancel)
-        await fut
-
-    out = await gather_eager([cancelled_inside(), _work([0.0], 7, [])])
-    assert isinstance(out[0], asyncio.CancelledError) and out[1] == 7
 
 
 class _Gate:
@@ -97,35 +41,6 @@ async def test_cancelling_an_enqueued_future_withdraws_the_request() -> None:
     assert await running == 10 and await waiting[1] == 30
     assert gate.seen == [[1], [3]]  # b never reached the engine
     await sched.stop()
-
-
-async def test_a_chain_of_primitives_runs_in_the_task_that_made_it_ready() -> None:
-    from ayo.app import App
-
-    inputs = {"question": "why do stars shine"}
-    async with App.fake() as app:
-        await app.run("naive_rag", inputs)  # warm
-        names: list[str] = []
-        loop = asyncio.get_running_loop()
-
-        def factory(lp: asyncio.AbstractEventLoop, coro, **kw) -> asyncio.Task:
-            inner = coro.cr_frame.f_locals.get("coro") if coro.__qualname__ == "resume" else None
-            names.append(inner.__qualname__ if inner is not None else coro.__qualname__)
-            return asyncio.Task(coro, loop=lp, **kw)
-
-        loop.set_task_factory(factory)
-        try:
-            result = await app.run("naive_rag", inputs)
-        finally:
-            loop.set_task_factory(None)
-        ref = await app.run("naive_rag", inputs, optimize=False)
-    # 5 engine primitives and not one task for them: embed -> search -> full prefill ->
-    # decode run one after another in the caller's task, and the partial prefill (held for
-    # an idle gap) starts and ends without suspending. Tasks are the engines' only.
-    assert "GraphRun._run_node" not in names
-    assert set(names) <= {"EngineScheduler._run", "FakeLLM.prefill"}, names  # FakeLLM yields once
-    # seven primitives and the map listing the answer's sources
-    assert len(result.trace.spans) == 8 and result.outputs == ref.outputs
 
 
 async def test_admission_cancelled_waiter_skipped_by_a_release_keeps_the_count() -> None:
