@@ -2,7 +2,7 @@
 
 - ``python -m ayo plan APP [--no-optimize] [--format json|dot|svg|png] [--output FILE]``
 - ``python -m ayo run APP --input key=value ... [--no-optimize] [--trace FILE] [--json]``
-- ``python -m ayo profile [--dtype auto] [--threads N] [--data-dir DIR]``
+- ``python -m ayo profile [--dtype auto] [--threads N] [--data-dir DIR] [--collection wiki]``
 """
 
 from __future__ import annotations
@@ -76,13 +76,16 @@ def build_parser() -> argparse.ArgumentParser:
     )
     plan.set_defaults(func=cmd_plan)
     add_run_parser(sub)
-    prof = sub.add_parser("profile", help="measure the embedded LLM and embedder on this "
-                          "machine and print their latency models beside the constants")  # fmt: skip
+    prof = sub.add_parser("profile", help="measure the embedded engines (LLM, embedder, "
+                          "reranker, indexes) on this machine and print their latency models "
+                          "beside the constants")  # fmt: skip
     prof.add_argument("--model", default="smollm2-135m-instruct")
     prof.add_argument("--dtype", choices=("auto", "float32", "bfloat16"), default="auto")
     prof.add_argument("--threads", type=int, default=None, help="the LLM's torch threads")
     prof.add_argument("--data-dir", default=None, help="where the profile is stored (default "
                       "$AYO_DATA_DIR, else ~/.cache/ayo)")  # fmt: skip
+    prof.add_argument("--collection", default="wiki", help="the collection the indexes are "
+                      "measured on (left out when it is not ingested)")  # fmt: skip
     prof.set_defaults(func=cmd_profile)
     return parser
 
@@ -99,11 +102,12 @@ def cmd_profile(args: argparse.Namespace) -> int:
     from ayo.scheduler.profiler import save_profiles
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    data_dir = Path(args.data_dir or default_data_dir())
     profiles, samples, dtype = asyncio.run(
-        profile_default_engines(args.model, args.dtype, args.threads)
+        profile_default_engines(args.model, args.dtype, args.threads, data_dir, args.collection)
     )
     threads = args.threads or torch.get_num_threads()
-    path = profile_path(Path(args.data_dir or default_data_dir()), args.model, dtype, threads)
+    path = profile_path(data_dir, args.model, dtype, threads)
     path.parent.mkdir(parents=True, exist_ok=True)
     save_profiles(path, profiles)
     for name, rows in samples.items():

@@ -120,6 +120,13 @@ class App:
         """The workflow (or app template) registered as ``name``; KeyError lists the names."""
         return self._workflow(name)
 
+    def use_profiles(self, profiles: Mapping[str, EngineProfile]) -> None:
+        """Plan with these engine profiles from now on (measured ones, see ``ayo.profiling``):
+        the plan cache and the per-plan costs the critical-path policy reads start afresh."""
+        self.profiles = dict(profiles)
+        self._plans = None
+        self._costs.clear()
+
     @property
     def plans(self) -> PlanCache:
         if self._plans is None:

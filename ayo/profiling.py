@@ -1,17 +1,21 @@
-"""Measured profiles of the embedded engines: ``python -m ayo profile``.
+"""Measured profiles of the engines: at the server's first start, and ``python -m ayo profile``.
 
 The passes (stage decomposition, the prefill split) and the critical-path policy read an
 :class:`~ayo.scheduler.profile.EngineProfile` per engine; without one they fall back to the
-constants in ``scheduler/profile.py``. This measures the real LLM and embedder on this machine,
-fits the same latency model (``scheduler/profiler.py``), prints it beside those constants and
-stores it in the data directory, keyed by machine, model, dtype and thread count
-(:func:`profile_path`), where the server reads it at start (:func:`stored_profiles`).
+constants in ``scheduler/profile.py``. This measures the real engines on this machine (the LLM,
+the embedder, the reranker, and the dense and keyword indexes when their collection exists),
+fits the same latency model (``scheduler/profiler.py``) and stores it in the data directory,
+keyed by machine, model, dtype and thread count (:func:`profile_path`).
+:func:`ensure_profiles` loads a stored profile or, the first time, measures one (a few
+seconds: the quick shapes) and gives it to the App; ``python -m ayo profile`` re-measures with
+more shapes and prints the table beside the constants.
 
 LLM samples: a decode step of ``b`` sequences (``items = b``, one token each: the mean step of
 an 8-token decode of all of them) and a prefill of ``t`` tokens of one sequence (``items = 1,
 tokens = t``); the fit ``fixed + per_item * items + per_token * items * tokens`` then gives a
 decode step of one sequence as ``fixed + per_item + per_token`` and a prefill's cost per token.
-Embedder samples: a batch of ``b`` texts of about 16 words.
+Embedder samples: a batch of ``b`` texts of about 16 words. Reranker: one query over ``b``
+passages (its items). Indexes: ``b`` queries (their items), 32 hits each.
 """
 
 from __future__ import annotations
@@ -22,19 +26,26 @@ import logging
 import re
 import statistics
 import time
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from ayo.engine_set import engine_kind
 from ayo.engines.llm.config import cpu_model
 from ayo.scheduler.profile import DEFAULT_PROFILES, EngineProfile
-from ayo.scheduler.profiler import Sample, load_profiles, profile_from
+from ayo.scheduler.profiler import Sample, load_profiles, profile_from, save_profiles
 
 log = logging.getLogger(__name__)
 
 DECODE_BATCHES = (1, 2, 4, 8, 16)
 PREFILL_TOKENS = (32, 128, 512)
 EMBED_BATCHES = (1, 4, 16, 32)
+RERANK_PASSAGES = (4, 16, 32)
+SEARCH_BATCHES = (1, 8, 32)
 DECODE_STEPS = 8
+# At a server's first start: a few seconds in all, progress logged per engine.
+QUICK = {"decode_batches": (1, 4, 16), "prefill_tokens": (64, 512), "repeats": 1}
+WORDS = "the quick brown fox jumps over the lazy dog near a river bank in early spring light"
 
 
 async def measure_llm(
@@ -93,24 +104,115 @@ async def _drain(stream: Any) -> None:
         pass
 
 
-async def measure_embedder(
-    embedder: Any, batches: tuple[int, ...] = EMBED_BATCHES, repeats: int = 3
+async def measure_batches(
+    run: Callable[[int, int], Any], batches: tuple[int, ...], repeats: int = 3
 ) -> list[Sample]:
-    """Median latency of an ``Embedder.embed`` batch of ``b`` texts of 16 words each."""
-    words = "the quick brown fox jumps over the lazy dog near a river bank in early spring light"
-
-    async def batch_ms(b: int, salt: int) -> float:
-        texts = [f"{words} {salt} {i}" for i in range(b)]
-        t0 = time.perf_counter()
-        await embedder.embed(texts)
-        return (time.perf_counter() - t0) * 1e3
-
+    """Median latency of ``await run(b, salt)`` per batch size ``b`` (after a warm-up run); one
+    text length, so its cost is per item."""
     samples = []
     for b in batches:
-        await batch_ms(b, -1)
-        ms = statistics.median([await batch_ms(b, r) for r in range(repeats)])
-        samples.append(Sample(b, 0, ms))  # one text length: its cost is per item
+        await run(b, -1)
+        times = []
+        for r in range(repeats):
+            t0 = time.perf_counter()
+            await run(b, r)
+            times.append((time.perf_counter() - t0) * 1e3)
+        samples.append(Sample(b, 0, statistics.median(times)))
     return samples
+
+
+async def _batch_runner(kind: str, engine: Any, embedder: Any | None) -> Any:
+    """``run(b, salt)``: one batch of ``b`` items on a retrieval engine of ``kind`` (None: not
+    measured)."""
+    from ayo.scheduler.values import Doc
+
+    if kind == "embedder":
+        return lambda b, salt: engine.embed([f"{WORDS} {salt} {i}" for i in range(b)])
+    if kind == "reranker":
+        docs = [Doc(str(i), f"{WORDS} {i}") for i in range(max(RERANK_PASSAGES))]
+        return lambda b, salt: engine.rerank(f"river {salt}", docs[:b], 3)
+    if kind == "keyword":
+        return lambda b, salt: engine.search([f"river spring {salt} {i}" for i in range(b)], 32)
+    if kind == "index" and embedder is not None:
+        vectors = await embedder.embed([f"{WORDS} {i}" for i in range(max(SEARCH_BATCHES))])
+        collection = getattr(engine, "collection", "default")
+        return lambda b, salt: engine.search(collection, vectors[:b], 32)
+    return None
+
+
+BATCHES = {"embedder": EMBED_BATCHES, "reranker": RERANK_PASSAGES}
+
+
+async def measure_engines(
+    engines: Mapping[str, Any],
+    embedder: Any | None = None,
+    *,
+    quick: bool = False,
+    progress: Callable[[str], None] = log.info,
+) -> dict[str, list[Sample]]:
+    """Samples per engine kind of ``engines`` (an App's instances by name, the adapters'
+    protocols; one instance per kind is measured). ``embedder`` makes the dense index's query
+    vectors. An index whose collection is missing is left out (its constants stay)."""
+    by_kind: dict[str, Any] = {}
+    for engine in engines.values():
+        by_kind.setdefault(engine_kind(engine), engine)
+    repeats = QUICK["repeats"] if quick else 3
+    samples: dict[str, list[Sample]] = {}
+    for n, (kind, engine) in enumerate(by_kind.items(), 1):
+        progress(f"profiling engine {n}/{len(by_kind)}: {kind}")
+        if kind == "llm":
+            shapes = QUICK if quick else {}
+            samples[kind] = await measure_llm(getattr(engine, "engine", engine), **shapes)
+            continue
+        run = await _batch_runner(kind, engine, embedder)
+        if run is None:
+            continue
+        batches = BATCHES.get(kind, SEARCH_BATCHES)
+        try:
+            samples[kind] = await measure_batches(run, batches[:3] if quick else batches, repeats)
+        except ValueError as exc:  # an index whose collection is not ingested
+            progress(f"not profiling {kind}: {exc}")
+    return samples
+
+
+def profiles_from(samples: Mapping[str, list[Sample]]) -> dict[str, EngineProfile]:
+    return {kind: profile_from(s, llm=kind == "llm") for kind, s in samples.items()}
+
+
+async def ensure_profiles(
+    app: Any, path: Path, embedder: Any | None = None, progress: Callable[[str], None] = log.info
+) -> dict[str, EngineProfile]:
+    """The stored profile at ``path`` or, when there is none (a first start), one measured now
+    on ``app``'s started engines (the quick shapes) and stored there; given to ``app`` either
+    way (:meth:`App.use_profiles`). Call it before the first query."""
+    profiles = read_profiles(path)
+    if profiles is None:
+        t0 = time.perf_counter()
+        progress(f"measuring engine profiles on this machine (first start, a few seconds): {path}")
+        engines = {name: app.engines.instances(name)[0] for name in app.engines.kinds()}
+        profiles = profiles_from(
+            await measure_engines(engines, embedder, quick=True, progress=progress)
+        )
+        path.parent.mkdir(parents=True, exist_ok=True)
+        save_profiles(path, profiles)
+        progress(f"measured {', '.join(profiles)} in {time.perf_counter() - t0:.1f} s; "
+                 "`python -m ayo profile` re-measures with more shapes")  # fmt: skip
+    app.use_profiles(profiles)
+    return profiles
+
+
+def read_profiles(path: Path) -> dict[str, EngineProfile] | None:
+    """The profiles stored at ``path``, or None when there are none or the file is unreadable
+    (logged)."""
+    if not path.exists():
+        return None
+    try:
+        profiles = load_profiles(path)
+    except (OSError, ValueError) as exc:
+        log.warning("ignoring the engine profile %s: %s", path, exc)
+        return None
+    log.info("engine profiles measured on this machine: %s (%s)", path, ", ".join(profiles))
+    return profiles
 
 
 def profile_path(data_dir: Path, model: str, dtype: str, threads: int) -> Path:
@@ -123,21 +225,13 @@ def profile_path(data_dir: Path, model: str, dtype: str, threads: int) -> Path:
 def stored_profiles(
     data_dir: Path, model: str, dtype: str, threads: int
 ) -> dict[str, EngineProfile]:
-    """The profiles ``python -m ayo profile`` stored for this machine, model, dtype and thread
-    count, or {} (the constants then apply) when there are none or the file is unreadable."""
-    path = profile_path(data_dir, model, dtype, threads)
-    if not path.exists():
+    """The profiles stored for this machine, model, dtype and thread count, or {} (the
+    constants then apply) when there are none or the file is unreadable."""
+    profiles = read_profiles(profile_path(data_dir, model, dtype, threads))
+    if profiles is None:
         log.info("no engine profile measured for %s %s at %d threads on this machine: the "
-                 "plans use the constants (`python -m ayo profile` measures one in ~30 s)",
-                 model, dtype, threads)  # fmt: skip
-        return {}
-    try:
-        profiles = load_profiles(path)
-    except (OSError, ValueError) as exc:
-        log.warning("ignoring the engine profile %s: %s", path, exc)
-        return {}
-    log.info("engine profiles measured on this machine: %s (%s)", path, ", ".join(profiles))
-    return profiles
+                 "plans use the constants", model, dtype, threads)  # fmt: skip
+    return profiles or {}
 
 
 def profile_rows(measured: dict[str, EngineProfile]) -> list[list[object]]:
@@ -162,24 +256,18 @@ PROFILE_HEADERS = [
 
 
 async def profile_default_engines(
-    model: str, dtype: str, threads: int | None
+    model: str, dtype: str, threads: int | None, data_dir: Path, collection: str = "wiki"
 ) -> tuple[dict[str, EngineProfile], dict[str, list[Sample]], str]:
-    """Load the LLM and the embedder, measure them, and fit their profiles. Returns the
-    profiles, the samples and the LLM's resolved dtype."""
-    from ayo.engines import Embedder
-    from ayo.engines.llm import LLMEngine
+    """Load the server's engines (:func:`ayo.adapters.default_engines` over ``data_dir``),
+    measure them with every shape, and fit their profiles. Returns the profiles, the samples
+    and the LLM's resolved dtype."""
+    from ayo.adapters import default_engines
+    from ayo.app import App
 
-    llm = await LLMEngine.load(model, dtype=dtype, num_threads=threads)
-    samples: dict[str, list[Sample]] = {}
-    async with llm:
-        samples["llm"] = await measure_llm(llm)
-    embedder = await asyncio.to_thread(Embedder.from_model)
-    try:
-        samples["embedder"] = await measure_embedder(embedder)
-    finally:
-        await asyncio.to_thread(embedder.close)
-    profiles = {
-        "llm": profile_from(samples["llm"], llm=True),
-        "embedder": profile_from(samples["embedder"]),
-    }
-    return profiles, samples, llm.config.dtype
+    engines = default_engines(data_dir, collection, model, dtype=dtype, num_threads=threads)
+    app = App()
+    for name, engine in engines.items():
+        app.add_engine(name, engine)
+    async with app:
+        samples = await measure_engines(engines, engines["embedder"])
+    return profiles_from(samples), samples, engines["llm"].engine.config.dtype

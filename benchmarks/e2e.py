@@ -89,17 +89,11 @@ async def ensure_wiki(store: Any, collection: str) -> None:
 def build_app(args: argparse.Namespace, policy: str) -> Any:
     from ayo.app import App
 
-    options: dict[str, Any] = {"policy": policy}
-    if args.split_min_tokens is not None:  # the LLM profile the prefill-split pass reads
-        from ayo.scheduler import DEFAULT_PROFILES
-
-        llm = replace(DEFAULT_PROFILES["llm"], prefill_split_min_tokens=args.split_min_tokens)
-        options["profiles"] = {"llm": llm}
     if args.engines == "fake":
-        return App.fake(args.fake_delay, **options)
+        return App.fake(args.fake_delay, policy=policy)
     from ayo.adapters import default_engines
 
-    app = App(**options)
+    app = App(policy=policy)
     engines = default_engines(
         args.data_dir, args.collection, dtype=args.dtype, num_threads=args.llm_threads or None,
         embedder_threads=args.embedder_threads or None, max_new_tokens=args.max_tokens,
@@ -107,6 +101,30 @@ def build_app(args: argparse.Namespace, policy: str) -> Any:
     for name, engine in engines.items():
         app.add_engine(name, engine)
     return app
+
+
+async def use_profiles(app: Any, args: argparse.Namespace) -> dict[str, Any]:
+    """The engines' measured profiles (as the server's first start: measured and stored in the
+    data directory once per machine, model, dtype and LLM threads), with ``--split-min-tokens``
+    on top; the fakes keep the constants. Returns what the plans read, for the JSON."""
+    from ayo.scheduler import DEFAULT_PROFILES
+
+    profiles: dict[str, Any] = dict(DEFAULT_PROFILES)
+    if args.engines == "default":
+        import torch
+
+        from ayo.ingest import default_data_dir
+        from ayo.profiling import ensure_profiles, profile_path
+
+        llm = app.engines.instances("llm")[0].engine
+        threads = llm.config.num_threads or torch.get_num_threads()
+        data_dir = Path(args.data_dir or default_data_dir())
+        path = profile_path(data_dir, "smollm2-135m-instruct", llm.config.dtype, threads)
+        profiles.update(await ensure_profiles(app, path, app.engines.instances("embedder")[0]))
+    if args.split_min_tokens is not None:  # the LLM profile the prefill-split pass reads
+        profiles["llm"] = replace(profiles["llm"], prefill_split_min_tokens=args.split_min_tokens)
+    app.use_profiles(profiles)
+    return {name: str(p) for name, p in profiles.items()}
 
 
 def prefix_cache_reset(app: Any) -> Callable[[], None]:
@@ -169,6 +187,7 @@ async def bench(
         await ensure_wiki(app.engines.instances("index")[0].store, args.collection)
     meta: dict[str, Any] = {"load_s": round(time.perf_counter() - t_load, 1)}
     async with app:
+        meta["profiles"] = await use_profiles(app, args)
         warm: dict[str, float] = {}
         warmup = replace(plan, questions=(WARMUP_QUESTION,))
         for name in plan.apps:

@@ -47,6 +47,8 @@ def build_parser() -> argparse.ArgumentParser:
     a("--query-timeout-s", type=float, help="deadline of a query that sets none (default 300)")
     a("--max-tokens-limit", type=int, help="largest max_tokens a request may ask (default 2048)")
     a("--log-level", help="DEBUG, INFO (default), WARNING or ERROR")
+    a("--no-profile-engines", dest="profile_engines", action="store_false", default=None,
+      help="at a first start, skip measuring the engines (the plans then use the constants)")  # fmt: skip
     a("--no-gc-tuning", dest="gc_tuning", action="store_false", default=None,
       help="keep CPython's GC defaults (default: freeze the startup heap, fewer young GCs)")  # fmt: skip
     return p

@@ -50,6 +50,10 @@ class ServerConfig:
         shutdown_timeout_s: on SIGTERM, how long requests in flight may take before they are
             cancelled (an ingest not yet acknowledged is cancelled and stores nothing).
         log_level: DEBUG, INFO, WARNING, ERROR.
+        profile_engines: at the first start on this machine (no profile stored in the data
+            directory for this CPU, model, dtype and thread count), measure the engines (a few
+            seconds, logged) and store their profile; later starts load it. The plans and the
+            critical-path policy read it (False: a stored profile if any, else the constants).
         gc_tuning: once loaded, freeze the startup heap and raise the young-generation GC
             threshold (:func:`ayo.scheduler.serving_gc.configure_gc_for_serving`): halves the
             runtime's per-primitive cost under load; False keeps CPython's defaults.
@@ -72,6 +76,7 @@ class ServerConfig:
     max_tokens_limit: int = 2048
     shutdown_timeout_s: float = 10.0
     log_level: str = "INFO"
+    profile_engines: bool = True
     gc_tuning: bool = True
 
     def __post_init__(self) -> None:

@@ -2,6 +2,7 @@
 
 state = await build_state(config)        # loads models (seconds), opens the data dir
 await ensure_corpus(state)               # embeds only corpus documents not yet stored
+await ensure_engine_profiles(state)      # first start on this machine: measures the engines
 ...
 await close_state(state)                 # stops the runtime, engines, persists the index
 """
@@ -69,6 +70,8 @@ def make_state(config: ServerConfig, llm: Any, embedder: Any, store: Any) -> Ser
 
     threads = llm.config.num_threads or torch.get_num_threads()
     profiles = stored_profiles(config.data_path, config.model, llm.config.dtype, threads)
+    if not profiles and config.profile_engines:
+        log.info("the engines are measured once the corpus is in (first start on this machine)")
     app = App(max_queries=config.max_concurrent_queries, profiles=profiles)
     llm_adapter = LLMAdapter(llm)
     engines = {
@@ -135,6 +138,21 @@ async def build_state(config: ServerConfig, **llm_options: Any) -> ServerState:
     log.info("data directory: %s", config.data_path)
     log.info("imports: %s", import_origins())
     return state
+
+
+async def ensure_engine_profiles(state: ServerState) -> None:
+    """The first start on this machine (no stored profile for its CPU, model, dtype and thread
+    count) measures the engines and stores their profile; the plans use it from now on."""
+    import torch
+
+    from ayo.profiling import ensure_profiles, profile_path
+
+    config, llm = state.config, state.llm
+    threads = llm.config.num_threads or torch.get_num_threads()
+    path = profile_path(config.data_path, config.model, llm.config.dtype, threads)
+    if not path.exists():
+        app = state.app
+        await ensure_profiles(app, path, app.engines.instances("embedder")[0])
 
 
 def dtype_reason(asked: str) -> str:

@@ -15,7 +15,7 @@ from aiohttp import web
 
 from ayo.server.app import create_app
 from ayo.server.config import ServerConfig
-from ayo.server.lifecycle import build_state, close_state, ensure_corpus
+from ayo.server.lifecycle import build_state, close_state, ensure_corpus, ensure_engine_profiles
 
 log = logging.getLogger(__name__)
 
@@ -78,6 +78,8 @@ async def serve(config: ServerConfig) -> None:
         await ensure_corpus(state, stop=stop)
         if stop.is_set():
             return
+        if config.profile_engines:
+            await ensure_engine_profiles(state)
         if config.gc_tuning:
             from ayo.scheduler.serving_gc import configure_gc_for_serving
 

@@ -53,15 +53,22 @@ async def error_of(response: aiohttp.ClientResponse) -> dict[str, str]:
 
 class ServerProcess:
     """``python -m ayo.server --port 0`` in a subprocess (the log names the port); its log lines
-    are collected. ``cwd`` is the working directory it starts in (the default: this process's)."""
+    are collected. ``cwd`` is the working directory it starts in (the default: this process's);
+    ``profile``: let a first start measure the engines (off unless a test checks it)."""
 
     def __init__(
-        self, data_dir: Path, corpus_limit: int, cwd: Path | None = None, args: tuple = ()
+        self,
+        data_dir: Path,
+        corpus_limit: int,
+        cwd: Path | None = None,
+        args: tuple = (),
+        profile: bool = False,
     ) -> None:
         self.data_dir = data_dir
         self.corpus_limit = corpus_limit
         self.cwd = cwd
-        self.args = args
+        # measuring the engines at a first start costs seconds: only where a test checks it
+        self.args = args if profile else (*args, "--no-profile-engines")
         self.url = ""
         self.lines: list[str] = []
 

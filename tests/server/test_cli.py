@@ -85,7 +85,7 @@ async def test_restart_keeps_documents_and_embeds_nothing(tmp_path: Path) -> Non
     docs = [{"id": "zorblax", "text": "Zorblax is a purple gas giant orbiting the star Quenthari."}]
     big = [{"id": "big", "text": "A long page about the moons of Zorblax. " * 40_000}]  # 1.6 MB
     args = ("--shutdown-timeout-s", str(SHUTDOWN_S), "--max-body-mb", "4")
-    first = ServerProcess(tmp_path, corpus_limit=CORPUS, args=args)
+    first = ServerProcess(tmp_path, corpus_limit=CORPUS, args=args, profile=True)
     await first.start()
     try:
         async with aiohttp.ClientSession() as s:
@@ -109,8 +109,20 @@ async def test_restart_keeps_documents_and_embeds_nothing(tmp_path: Path) -> Non
     assert "cancelled 1 ingest(s)" in first.log()
     assert f"{CORPUS} documents embedded at startup" in first.log()
     assert "closed the engines" in first.log()
+    # the first start on this data directory measured the engines, before it listened
+    log = first.log()
+    assert "measuring engine profiles on this machine" in log
+    assert log.index("profiling engine 1/") < log.index("listening on"), log
+    stored = list((tmp_path / "profiles").glob("*.json"))
+    assert len(stored) == 1 and set(json.loads(stored[0].read_text())) == {
+        "llm",
+        "embedder",
+        "index",
+        "keyword",
+        "reranker",
+    }
 
-    second = ServerProcess(tmp_path, corpus_limit=CORPUS)
+    second = ServerProcess(tmp_path, corpus_limit=CORPUS, profile=True)
     await second.start()
     try:
         async with aiohttp.ClientSession() as s:
@@ -131,6 +143,8 @@ async def test_restart_keeps_documents_and_embeds_nothing(tmp_path: Path) -> Non
                 assert "ayo_corpus_embedded_at_startup 0.0" in await r.text()
         assert f"{CORPUS} already stored, 0 to embed" in second.log()
         assert "0 documents embedded at startup" in second.log()
+        assert f"engine profiles measured on this machine: {stored[0]}" in second.log()
+        assert "measuring engine profiles" not in second.log()
     finally:
         code = await second.stop()
         second.kill()

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from ayo.engines.llm import LLMEngine
 from ayo.profiling import PROFILE_HEADERS, measure_llm, profile_path, profile_rows
 from ayo.scheduler.profile import DEFAULT_PROFILES
@@ -53,3 +55,42 @@ def test_stored_profiles_missing_saved_and_malformed(tmp_path: Path):
     assert stored_profiles(*key) == measured
     path.write_text("{not json")
     assert stored_profiles(*key) == {}  # unreadable: ignored with a warning, not a failed start
+
+
+async def test_a_first_start_measures_every_engine_and_a_later_one_loads(tiny_llama, tmp_path):
+    """``ensure_profiles`` on an App of the tiny LLM and the fake retrieval engines: the first
+    call measures each kind (progress reported), stores the file and gives the App the
+    profiles its plans and critical-path costs then read; the next call only loads it."""
+    from ayo import profiling
+    from ayo.adapters import LLMAdapter
+    from ayo.app import App
+    from ayo.scheduler.fakes import fake_engines
+
+    eng = LLMEngine.from_model(tiny_llama.path, block_size=4, num_blocks=256, max_model_len=64)
+    app = App()
+    engines = {**fake_engines(), "llm": LLMAdapter(eng)}
+    engines.pop("judge", None)
+    for name, engine in engines.items():
+        app.add_engine(name, engine)
+    path = tmp_path / "profiles" / "p.json"
+    said: list[str] = []
+    shapes = {"decode_batches": (1, 2), "prefill_tokens": (8, 32), "repeats": 1}
+    async with app:
+        original = dict(profiling.QUICK)
+        profiling.QUICK.update(shapes)  # the tiny model's context is 64 tokens
+        try:
+            first = await profiling.ensure_profiles(app, path, engines["embedder"], said.append)
+        finally:
+            profiling.QUICK.clear()
+            profiling.QUICK.update(original)
+        assert set(first) == {"llm", "embedder", "index", "keyword", "reranker"}
+        assert path.exists() and app.profiles == first
+        assert sum(s.startswith("profiling engine ") for s in said) == 5
+        plan = App.fake().plan("naive_rag", {"question": "why?"})  # the tiny model has no tokenizer
+        costs = app._plan_costs(plan)  # what the critical-path policy reads
+        decode = next(n for n in costs.facts.values() if n.op == "Decode")
+        expected = decode.node.config["max_tokens"] * first["llm"].latency.estimate_ms(1)
+        assert costs.cost_ms[decode.node_id] == pytest.approx(expected)
+        said.clear()
+        again = await profiling.ensure_profiles(app, path, engines["embedder"], said.append)
+    assert again == first and said == []  # loaded, nothing measured
