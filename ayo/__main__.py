@@ -16,7 +16,7 @@ from ayo.apps import APPS, get_app
 from ayo.cli_run import add_run_parser
 from ayo.plan_cache import PlanCache
 from ayo.scheduler import ExecutionError, PlanError
-from ayo.scheduler.render import render_with_dot
+from ayo.scheduler.ir.render import render_with_dot
 from ayo.workflow import InputShape
 
 
@@ -99,7 +99,7 @@ def cmd_profile(args: argparse.Namespace) -> int:
 
     from ayo.ingest import default_data_dir
     from ayo.profiling import PROFILE_HEADERS, profile_default_engines, profile_path, profile_rows
-    from ayo.scheduler.profiler import save_profiles
+    from ayo.scheduler.profiles.profiler import save_profiles
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     data_dir = Path(args.data_dir or default_data_dir())

@@ -1,5 +1,5 @@
 """Adapters from Ayo's embedded engines (``ayo.engines``) to the interfaces plans call
-(``ayo.scheduler.engine_api``).
+(``ayo.scheduler.ir.engine_api``).
 
 - :class:`LLMAdapter`: ``LLMEngine`` (token ids in, pieces out; ``kv_usage`` for balancing).
 - :class:`EmbedderAdapter`: ``Embedder`` (numpy rows out).
@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from ayo.scheduler import DecodeParams, Doc
-from ayo.scheduler.functions import reciprocal_rank
+from ayo.scheduler.ir.functions import reciprocal_rank
 
 
 class EngineTokenizer:

@@ -28,10 +28,10 @@ from ayo.engine_set import EngineConfig, EngineSet
 from ayo.metrics import AppMetrics
 from ayo.plan_cache import PlanCache
 from ayo.scheduler import EngineProfile, Plan, RegexTokenizer
-from ayo.scheduler.engine_scheduler import BatchRecord, QueueFull
-from ayo.scheduler.plan_costs import PlanCosts
-from ayo.scheduler.runtime import GraphRun, answer_nodes
-from ayo.scheduler.simulation import VirtualClockLoop
+from ayo.scheduler.batching.engine_scheduler import BatchRecord, QueueFull
+from ayo.scheduler.runtime.graph_run import GraphRun, answer_nodes
+from ayo.scheduler.runtime.plan_costs import PlanCosts
+from ayo.scheduler.sim.simulation import VirtualClockLoop
 from ayo.tracing import Trace
 from ayo.workflow import InputShape, Workflow
 
@@ -308,8 +308,8 @@ class App:
     # -- defaults ----------------------------------------------------------------------------
     @classmethod
     def fake(cls, delay_s: float = 0.0, **options: Any) -> App:
-        """An App on the deterministic fake engines (``ayo.scheduler.fakes``)."""
-        from ayo.scheduler.fakes import fake_engines
+        """An App on the deterministic fake engines (``ayo.scheduler.sim.fakes``)."""
+        from ayo.scheduler.sim.fakes import fake_engines
 
         app = cls(**options)
         for name, engine in fake_engines(delay_s).items():

@@ -1,5 +1,5 @@
 """The engines of an App: registered by name, each behind its engine scheduler(s) and a batching
-proxy with the interface the plans call (``ayo.scheduler.engine_api``).
+proxy with the interface the plans call (``ayo.scheduler.ir.engine_api``).
 
 Several engines of one kind get distinct names (``llm`` and ``judge``); several *instances* of one
 engine (a list) share its name and are load-balanced (queue length; for LLMs KV usage and open
@@ -15,8 +15,11 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ayo.scheduler.admission import Admission
-from ayo.scheduler.batched import (
+from ayo.scheduler.batching.admission import Admission
+from ayo.scheduler.batching.engine_scheduler import BatchRecord, EnginePool, EngineScheduler
+from ayo.scheduler.batching.llm_proxy import BatchedLLM
+from ayo.scheduler.batching.policies import POLICIES, BatchLimits
+from ayo.scheduler.batching.proxies import (
     BatchedEmbedder,
     BatchedIndex,
     BatchedKeywordIndex,
@@ -28,9 +31,6 @@ from ayo.scheduler.batched import (
     PrefillRunner,
     RerankRunner,
 )
-from ayo.scheduler.batched_llm import BatchedLLM
-from ayo.scheduler.batching import POLICIES, BatchLimits
-from ayo.scheduler.engine_scheduler import BatchRecord, EnginePool, EngineScheduler
 
 log = logging.getLogger(__name__)
 
@@ -93,7 +93,7 @@ def engine_kind(engine: Any) -> str:
         return "keyword"
     raise TypeError(
         f"{type(engine).__name__} implements no engine interface (needs prefill+decode, embed, "
-        "rerank, ingest+search or search; see ayo.scheduler.engine_api)"
+        "rerank, ingest+search or search; see ayo.scheduler.ir.engine_api)"
     )
 
 

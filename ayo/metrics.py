@@ -19,8 +19,8 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
-from ayo.scheduler.batching import PendingRequest
-from ayo.scheduler.engine_scheduler import BatchRecord
+from ayo.scheduler.batching.engine_scheduler import BatchRecord
+from ayo.scheduler.batching.policies import PendingRequest
 
 _LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
 _BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)

@@ -1,10 +1,10 @@
 """Measured profiles of the engines: at the server's first start, and ``python -m ayo profile``.
 
 The passes (stage decomposition, the prefill split) and the critical-path policy read an
-:class:`~ayo.scheduler.profile.EngineProfile` per engine; without one they fall back to the
-constants in ``scheduler/profile.py``. This measures the real engines on this machine (the LLM,
+:class:`~ayo.scheduler.profiles.profile.EngineProfile` per engine; without one they fall back to the
+constants in ``scheduler/profiles/profile.py``. This measures the real engines on this machine (the LLM,
 the embedder, the reranker, and the dense and keyword indexes when their collection exists),
-fits the same latency model (``scheduler/profiler.py``) and stores it in the data directory,
+fits the same latency model (``scheduler/profiles/profiler.py``) and stores it in the data directory,
 keyed by machine, model, dtype and thread count (:func:`profile_path`).
 :func:`ensure_profiles` loads a stored profile or, the first time, measures one (a few
 seconds: the quick shapes) and gives it to the App; ``python -m ayo profile`` re-measures with
@@ -32,8 +32,8 @@ from typing import Any
 
 from ayo.engine_set import engine_kind
 from ayo.engines.llm.config import cpu_model
-from ayo.scheduler.profile import DEFAULT_PROFILES, EngineProfile
-from ayo.scheduler.profiler import Sample, load_profiles, profile_from, save_profiles
+from ayo.scheduler.profiles.profile import DEFAULT_PROFILES, EngineProfile
+from ayo.scheduler.profiles.profiler import Sample, load_profiles, profile_from, save_profiles
 
 log = logging.getLogger(__name__)
 
@@ -124,7 +124,7 @@ async def measure_batches(
 async def _batch_runner(kind: str, engine: Any, embedder: Any | None) -> Any:
     """``run(b, salt)``: one batch of ``b`` items on a retrieval engine of ``kind`` (None: not
     measured)."""
-    from ayo.scheduler.values import Doc
+    from ayo.scheduler.ir.values import Doc
 
     if kind == "embedder":
         return lambda b, salt: engine.embed([f"{WORDS} {salt} {i}" for i in range(b)])

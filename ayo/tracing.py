@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from ayo.scheduler.engine_scheduler import BatchRecord
+from ayo.scheduler.batching.engine_scheduler import BatchRecord
 
 
 @dataclass(frozen=True)

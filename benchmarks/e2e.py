@@ -37,7 +37,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from ayo.scheduler.batching import POLICIES
+from ayo.scheduler.batching.policies import POLICIES
 
 from .common import machine, print_table, setup_benchmark_logging
 from .e2e_core import MODES, Plan, SettingResult, run_all

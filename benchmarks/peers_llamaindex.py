@@ -50,12 +50,12 @@ from typing import Any
 
 log = logging.getLogger("benchmarks.peers_llamaindex")
 
-# Ayo's "lines" parser (ayo.scheduler.parsers): one query per non-empty line, a leading list
+# Ayo's "lines" parser (ayo.scheduler.ir.parsers): one query per non-empty line, a leading list
 # marker ("- ", "1. ") removed, a repeat of an earlier query dropped. LlamaIndex's own parser
 # keeps markers and strips backticks.
 _MARKER = re.compile(r"^\s*(?:[-*•]|\d+[.)])\s+")
 _EDGE = " \t.,;:!?\"'()[]"
-# Ayo's sentence end (ayo.scheduler.parsers.SentenceLimit) and reciprocal rank constant.
+# Ayo's sentence end (ayo.scheduler.ir.parsers.SentenceLimit) and reciprocal rank constant.
 _SENTENCE_END = re.compile(r"[.!?][\"')\]]*\s")
 RRF_K = 60
 # Ayo's placeholders -> the variables LlamaIndex's synthesizers fill.

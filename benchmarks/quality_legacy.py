@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from ayo.apps.base import AppTemplate
 from ayo.scheduler import Prompt
-from ayo.scheduler import primitives as P
+from ayo.scheduler.ir import primitives as P
 from ayo.workflow import (
     Aggregate,
     Condition,

@@ -5,7 +5,7 @@
 
 Policies: each app runs ``--queries`` queries arriving as a seeded Poisson process at several
 rates, under ``fcfs``, ``depth`` and ``critical_path`` (same arrivals for all three), on engines
-whose latency follows their profile (``ayo.scheduler.simulation``) on a virtual clock: latencies
+whose latency follows their profile (``ayo.scheduler.sim.simulation``) on a virtual clock: latencies
 are exact and the run takes only the CPU time of the bookkeeping. Rates are fractions
 (``--loads``) of the app's capacity, measured first as the throughput of a burst of queries.
 
@@ -34,12 +34,12 @@ from typing import Any
 from ayo.app import App
 from ayo.engine_set import EngineConfig
 from ayo.scheduler import DEFAULT_PROFILES, Doc, EngineProfile, GraphRun, LatencyModel, PlanCosts
-from ayo.scheduler.batching import POLICIES, BatchLimits, PendingRequest
-from ayo.scheduler.engine_scheduler import EngineScheduler
-from ayo.scheduler.graph import INPUT_ID, OUTPUT_ID
-from ayo.scheduler.handlers import HANDLERS, QueryContext
-from ayo.scheduler.serving_gc import configure_gc_for_serving, restore_gc
-from ayo.scheduler.simulation import run_virtual, sim_engines
+from ayo.scheduler.batching.engine_scheduler import EngineScheduler
+from ayo.scheduler.batching.policies import POLICIES, BatchLimits, PendingRequest
+from ayo.scheduler.ir.graph import INPUT_ID, OUTPUT_ID
+from ayo.scheduler.runtime.handlers import HANDLERS, QueryContext
+from ayo.scheduler.runtime.serving_gc import configure_gc_for_serving, restore_gc
+from ayo.scheduler.sim.simulation import run_virtual, sim_engines
 
 from .common import machine
 
@@ -379,7 +379,9 @@ def overhead_report(inflight: int, rounds: int, repeats: int, real: bool) -> Non
     print(f"(the runtime's own share of the last row: minus the primitives' own work: {dispatch})")
     print("(naive_rag: 7 primitives a query, 5 on engines. gc.freeze(): the startup heap moved")
     print(" out of the cyclic GC's reach; serving gc: that and a young-generation threshold of")
-    print(" 50000, ayo.scheduler.serving_gc.configure_gc_for_serving(), for a server to call)")
+    print(
+        " 50000, ayo.scheduler.runtime.serving_gc.configure_gc_for_serving(), for a server to call)"
+    )
     if real:
         real_engine_share()
 

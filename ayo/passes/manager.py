@@ -17,7 +17,7 @@ from ayo.scheduler import (
     Tokenizer,
     validate,
 )
-from ayo.scheduler.profile import profile_for
+from ayo.scheduler.profiles.profile import profile_for
 from ayo.workflow.core import InputShape
 
 logger = logging.getLogger(__name__)

@@ -3,7 +3,7 @@
 The early part is the longest prefix of the template whose placeholders are all query inputs
 (ready when the query starts). It becomes a PartialPrefill; a FullPrefill appends the rest once
 the late inputs arrive. At run time the split falls on a token boundary of the whole rendered
-prompt (see ``ayo.scheduler.handlers``). Skipped when the early part is estimated shorter than the
+prompt (see ``ayo.scheduler.runtime.handlers``). Skipped when the early part is estimated shorter than the
 engine profile's ``prefill_split_min_tokens``.
 """
 

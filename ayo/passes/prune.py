@@ -9,7 +9,7 @@ the query, are dropped with their edges.
 from __future__ import annotations
 
 from ayo.scheduler import Node, Op, Plan
-from ayo.scheduler.handlers import TEMP_COLLECTION
+from ayo.scheduler.runtime.handlers import TEMP_COLLECTION
 
 from .manager import CompileContext, Pass
 

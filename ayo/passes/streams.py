@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from ayo.scheduler import Edge, EdgeKind, Node, Op, Plan
-from ayo.scheduler import primitives as P
-from ayo.scheduler.functions import get_map
+from ayo.scheduler.ir import primitives as P
+from ayo.scheduler.ir.functions import get_map
 from ayo.workflow.core import InputShape
 
 

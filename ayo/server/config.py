@@ -55,7 +55,7 @@ class ServerConfig:
             seconds, logged) and store their profile; later starts load it. The plans and the
             critical-path policy read it (False: a stored profile if any, else the constants).
         gc_tuning: once loaded, freeze the startup heap and raise the young-generation GC
-            threshold (:func:`ayo.scheduler.serving_gc.configure_gc_for_serving`): halves the
+            threshold (:func:`ayo.scheduler.runtime.serving_gc.configure_gc_for_serving`): halves the
             runtime's per-primitive cost under load; False keeps CPython's defaults.
     """
 

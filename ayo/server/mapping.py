@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 
 from ayo.scheduler import DeadlineExceeded, ExecutionError, PlanError
-from ayo.scheduler.engine_scheduler import EngineStopped, QueueFull
+from ayo.scheduler.batching.engine_scheduler import EngineStopped, QueueFull
 from ayo.server.errors import ApiError
 
 log = logging.getLogger(__name__)

@@ -22,7 +22,7 @@ from typing import Any
 
 from aiohttp import web
 
-from ayo.scheduler.handlers import OFFLOAD_CHARS
+from ayo.scheduler.runtime.handlers import OFFLOAD_CHARS
 from ayo.server.errors import ApiError, bad_request, read_json
 from ayo.server.openai_generate import encode_prompt, fit_sampling, generate
 from ayo.server.openai_requests import (

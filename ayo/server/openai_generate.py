@@ -14,7 +14,7 @@ from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ayo.scheduler.handlers import OFFLOAD_CHARS
+from ayo.scheduler.runtime.handlers import OFFLOAD_CHARS
 from ayo.server.errors import ApiError
 from ayo.server.openai_requests import Sampling
 

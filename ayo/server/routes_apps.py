@@ -104,7 +104,7 @@ async def list_apps(request: web.Request) -> web.Response:
 
 async def plan_svg(request: web.Request) -> web.Response:
     """The plan drawn by Graphviz (501 when ``dot`` is not installed)."""
-    from ayo.scheduler.render import render_with_dot
+    from ayo.scheduler.ir.render import render_with_dot
 
     state = request.app[STATE]
     name = request.match_info["name"]

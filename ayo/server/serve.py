@@ -81,7 +81,7 @@ async def serve(config: ServerConfig) -> None:
         if config.profile_engines:
             await ensure_engine_profiles(state)
         if config.gc_tuning:
-            from ayo.scheduler.serving_gc import configure_gc_for_serving
+            from ayo.scheduler.runtime.serving_gc import configure_gc_for_serving
 
             configure_gc_for_serving()
         runner, port = await start_site(
@@ -102,7 +102,7 @@ async def serve(config: ServerConfig) -> None:
         if config.gc_tuning:
             # Give the frozen startup heap back to the collector: left frozen, the objects it
             # holds outlive interpreter shutdown and triton's nanobind reports them as leaks.
-            from ayo.scheduler.serving_gc import restore_gc
+            from ayo.scheduler.runtime.serving_gc import restore_gc
 
             restore_gc()
             gc.collect()

@@ -6,8 +6,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from ayo.scheduler import Node, PlanError, PortType
-from ayo.scheduler import primitives as P
-from ayo.scheduler.functions import get_map
+from ayo.scheduler.ir import primitives as P
+from ayo.scheduler.ir.functions import get_map
 
 from .core import Module, PortRef, freeze_bindings
 from .lowering import Lowering, Source

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ayo.scheduler import PlanError, Port, PortType, PortTypeError
-from ayo.scheduler.ports import compatible
+from ayo.scheduler.ir.ports import compatible
 
 if TYPE_CHECKING:
     from .lowering import Lowering, Source

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from ayo.scheduler import GREEDY, PlanError, PortType, Prompt, Sampling
-from ayo.scheduler import primitives as P
+from ayo.scheduler.ir import primitives as P
 
 from .core import Module, PortRef, freeze_bindings
 from .lowering import Lowering, Source

@@ -10,8 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ayo.scheduler import Edge, Node, Plan, PlanError, Port, PortType, validate
-from ayo.scheduler.graph import INPUT_ID
-from ayo.scheduler.primitives import control_port, input_node, output_node
+from ayo.scheduler.ir.graph import INPUT_ID
+from ayo.scheduler.ir.primitives import control_port, input_node, output_node
 
 from .core import INPUTS, PortRef, Workflow
 

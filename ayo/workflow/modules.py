@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from ayo.scheduler import PlanError, PortType
-from ayo.scheduler import primitives as P
+from ayo.scheduler.ir import primitives as P
 
 from .core import Module, PortRef
 from .lowering import Lowering, Source

@@ -10,7 +10,7 @@ from ayo.__main__ import main
 from ayo.app import App
 from ayo.engine_set import EngineConfig, engine_kind
 from ayo.scheduler import PlanError
-from ayo.scheduler.fakes import FakeEmbedder, FakeIndex, FakeLLM, fake_engines
+from ayo.scheduler.sim.fakes import FakeEmbedder, FakeIndex, FakeLLM, fake_engines
 
 
 async def test_run_returns_outputs_latency_and_a_trace_with_every_primitive() -> None:

@@ -9,9 +9,9 @@ import pytest
 
 from ayo.passes import CompileContext, compile_workflow
 from ayo.scheduler import Doc, Op, PromptError, QueryRun, RegexTokenizer
-from ayo.scheduler.fakes import FakeLLM, fake_engines
-from ayo.scheduler.functions import get_map
-from ayo.scheduler.prompt import Prompt
+from ayo.scheduler.ir.functions import get_map
+from ayo.scheduler.ir.prompt import Prompt
+from ayo.scheduler.sim.fakes import FakeLLM, fake_engines
 from ayo.workflow import Judge, QueryExpansion, Search, Synthesis, WorkflowBuilder
 
 

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from ayo.apps import APPS
 from ayo.passes import CompileContext, compile_workflow
 from ayo.scheduler import EngineProfile, ExecutionError, PortType, Prompt, QueryRun
-from ayo.scheduler.fakes import FakeEmbedder, FakeLLM, fake_engines
+from ayo.scheduler.sim.fakes import FakeEmbedder, FakeLLM, fake_engines
 from ayo.workflow import (
     TEMP,
     Aggregate,

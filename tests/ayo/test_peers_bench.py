@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from ayo.apps import get_app
-from ayo.scheduler.parsers import ItemParser, SentenceLimit
+from ayo.scheduler.ir.parsers import ItemParser, SentenceLimit
 from ayo.workflow import InputShape, QueryExpansion, Synthesis
 from benchmarks import peers
 from benchmarks.peers_llamaindex import (

@@ -12,11 +12,11 @@ from ayo.apps import APPS
 from ayo.engine_set import EngineConfig
 from ayo.passes import CompileContext, compile_workflow
 from ayo.scheduler import Edge, EngineProfile, ExecutionError, LatencyModel, Plan, Port, PortType
-from ayo.scheduler import primitives as P
-from ayo.scheduler.batching import BatchLimits
-from ayo.scheduler.fakes import FakeEmbedder, FakeLLM, fake_engines
-from ayo.scheduler.runtime import DeadlineExceeded, QueryRun
-from ayo.scheduler.simulation import SimKeywordIndex, run_virtual
+from ayo.scheduler.ir import primitives as P
+from ayo.scheduler.batching.policies import BatchLimits
+from ayo.scheduler.runtime.graph_run import DeadlineExceeded, QueryRun
+from ayo.scheduler.sim.fakes import FakeEmbedder, FakeLLM, fake_engines
+from ayo.scheduler.sim.simulation import SimKeywordIndex, run_virtual
 from ayo.workflow import InputShape
 from tests.ayo.test_equivalence import random_workflows
 
@@ -110,7 +110,7 @@ def _paper_batches(policy: str) -> dict[str, float]:
     """Start times (virtual ms) of A, B and G on the keyword engine under ``policy``."""
 
     async def main() -> dict[str, float]:
-        from ayo.scheduler.fakes import FakeReranker, sample_corpus
+        from ayo.scheduler.sim.fakes import FakeReranker, sample_corpus
 
         app = App(builtin_apps=False)
         corpus = sample_corpus(12)
@@ -341,7 +341,7 @@ async def test_a_control_primitive_that_raises_fails_its_query_by_name(monkeypat
     # error there still reaches the query, naming the control primitive, and the app serves on.
     import dataclasses
 
-    from ayo.scheduler import functions
+    from ayo.scheduler.ir import functions
 
     spec = functions.MAP_FUNCTIONS["format_docs"]
 
@@ -363,7 +363,7 @@ async def test_a_control_primitive_that_raises_fails_its_query_by_name(monkeypat
 
 
 async def test_the_callers_request_info_is_restored_after_a_query() -> None:
-    from ayo.scheduler.request_info import CURRENT
+    from ayo.scheduler.batching.request_info import CURRENT
 
     async with App.fake() as app:
         await app.run("naive_rag", {"question": "why"})

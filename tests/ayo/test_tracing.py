@@ -7,8 +7,8 @@ import random
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from ayo.scheduler.batching import BatchLimits, PendingRequest
-from ayo.scheduler.engine_scheduler import EngineScheduler
+from ayo.scheduler.batching.engine_scheduler import EngineScheduler
+from ayo.scheduler.batching.policies import BatchLimits, PendingRequest
 from ayo.tracing import Trace
 
 

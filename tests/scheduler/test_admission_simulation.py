@@ -5,10 +5,10 @@ import asyncio
 import pytest
 
 from ayo.scheduler import DecodeParams, LatencyModel
-from ayo.scheduler.admission import Admission
-from ayo.scheduler.batching import PendingRequest
-from ayo.scheduler.fakes import FakeLLM
-from ayo.scheduler.simulation import SimEmbedder, SimLLM, run_virtual
+from ayo.scheduler.batching.admission import Admission
+from ayo.scheduler.batching.policies import PendingRequest
+from ayo.scheduler.sim.fakes import FakeLLM
+from ayo.scheduler.sim.simulation import SimEmbedder, SimLLM, run_virtual
 
 
 def _req(query: int, node: str, depth: int = 0, remaining: float = 0.0) -> PendingRequest:

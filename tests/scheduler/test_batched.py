@@ -6,7 +6,8 @@ import asyncio
 import pytest
 
 from ayo.scheduler import DecodeParams
-from ayo.scheduler.batched import (
+from ayo.scheduler.batching.llm_proxy import BatchedLLM, PooledSeq
+from ayo.scheduler.batching.proxies import (
     EmbedRunner,
     IndexRunner,
     IngestCall,
@@ -16,9 +17,8 @@ from ayo.scheduler.batched import (
     RerankRunner,
     SearchCall,
 )
-from ayo.scheduler.batched_llm import BatchedLLM, PooledSeq
-from ayo.scheduler.fakes import FakeEmbedder, FakeIndex, FakeLLM, FakeReranker, sample_corpus
-from ayo.scheduler.simulation import VirtualClockLoop, run_virtual
+from ayo.scheduler.sim.fakes import FakeEmbedder, FakeIndex, FakeLLM, FakeReranker, sample_corpus
+from ayo.scheduler.sim.simulation import VirtualClockLoop, run_virtual
 
 
 class PickyEmbedder(FakeEmbedder):
@@ -78,7 +78,7 @@ async def test_index_runner_groups_by_collection_and_k() -> None:
 
 
 async def test_keyword_and_rerank_runners() -> None:
-    from ayo.scheduler.fakes import FakeKeywordIndex
+    from ayo.scheduler.sim.fakes import FakeKeywordIndex
 
     corpus = sample_corpus(12)
     kw = FakeKeywordIndex(corpus)

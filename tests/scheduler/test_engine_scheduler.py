@@ -5,7 +5,13 @@ import asyncio
 
 import pytest
 
-from ayo.scheduler.batching import (
+from ayo.scheduler.batching.engine_scheduler import (
+    EnginePool,
+    EngineScheduler,
+    EngineStopped,
+    QueueFull,
+)
+from ayo.scheduler.batching.policies import (
     BatchLimits,
     CriticalPathOrder,
     PendingRequest,
@@ -13,7 +19,6 @@ from ayo.scheduler.batching import (
     make_order,
     order_depth,
 )
-from ayo.scheduler.engine_scheduler import EnginePool, EngineScheduler, EngineStopped, QueueFull
 
 
 class RecordingEngine:

@@ -16,8 +16,8 @@ from ayo.scheduler import (
     QueryRun,
     validate,
 )
-from ayo.scheduler import primitives as P
-from ayo.scheduler.fakes import FakeLLM, fake_engines
+from ayo.scheduler.ir import primitives as P
+from ayo.scheduler.sim.fakes import FakeLLM, fake_engines
 
 T, TL, DL = PortType.TEXT, PortType.TEXT_LIST, PortType.DOC_LIST
 EXPAND = Prompt("Write queries for: {q}\n")
@@ -169,7 +169,7 @@ async def test_prefill_split_keeps_the_prompt_token_for_token(
         llm = FakeLLM()
         if tokenizer == "right_to_left":
             llm.tokenizer = _RightToLeftTokenizer()
-        with caplog.at_level(logging.WARNING, logger="ayo.scheduler.handlers"):
+        with caplog.at_level(logging.WARNING, logger="ayo.scheduler.runtime.handlers"):
             outs.append(
                 await QueryRun(
                     _answer_plan(split), {"q": "why is the sky blue?"}, {"llm": llm}

@@ -8,8 +8,8 @@ import asyncio
 
 import pytest
 
-from ayo.scheduler.batching import PendingRequest
-from ayo.scheduler.engine_scheduler import EngineScheduler
+from ayo.scheduler.batching.engine_scheduler import EngineScheduler
+from ayo.scheduler.batching.policies import PendingRequest
 
 
 class _Gate:
@@ -44,7 +44,7 @@ async def test_cancelling_an_enqueued_future_withdraws_the_request() -> None:
 
 
 async def test_admission_cancelled_waiter_skipped_by_a_release_keeps_the_count() -> None:
-    from ayo.scheduler.admission import Admission
+    from ayo.scheduler.batching.admission import Admission
 
     gate = Admission("llm", 1, "critical_path")
     await gate.acquire(PendingRequest(1, "holder"))
@@ -62,7 +62,7 @@ async def test_admission_cancelled_waiter_skipped_by_a_release_keeps_the_count()
 def test_serving_gc_settings_apply_and_restore() -> None:
     import gc
 
-    from ayo.scheduler.serving_gc import configure_gc_for_serving, restore_gc
+    from ayo.scheduler.runtime.serving_gc import configure_gc_for_serving, restore_gc
 
     before = gc.get_threshold()
     try:

@@ -19,7 +19,7 @@ from ayo.scheduler import (
     UnknownPortError,
     validate,
 )
-from ayo.scheduler import primitives as P
+from ayo.scheduler.ir import primitives as P
 
 T, TL = PortType.TEXT, PortType.TEXT_LIST
 

@@ -6,10 +6,10 @@ from __future__ import annotations
 import asyncio
 
 from ayo.scheduler import DecodeParams
-from ayo.scheduler.batched import PrefillRunner
-from ayo.scheduler.batched_llm import BatchedLLM
-from ayo.scheduler.engine_scheduler import EngineScheduler
-from ayo.scheduler.fakes import FakeLLM
+from ayo.scheduler.batching.engine_scheduler import EngineScheduler
+from ayo.scheduler.batching.llm_proxy import BatchedLLM
+from ayo.scheduler.batching.proxies import PrefillRunner
+from ayo.scheduler.sim.fakes import FakeLLM
 
 HEAD, TAIL = "system words and the question", "then the retrieved context"
 

@@ -7,8 +7,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ayo.scheduler.batching import POLICIES, BatchLimits, PendingRequest, form_batch, make_order
-from ayo.scheduler.pending_queue import make_queue
+from ayo.scheduler.batching.pending_queue import make_queue
+from ayo.scheduler.batching.policies import (
+    POLICIES,
+    BatchLimits,
+    PendingRequest,
+    form_batch,
+    make_order,
+)
 
 # Times are multiples of 1/8 s and costs multiples of 125 ms, so the reference's float
 # arithmetic and the queue's (aging folded into a fixed key) round the same way.

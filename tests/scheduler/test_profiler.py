@@ -2,8 +2,8 @@
 
 import pytest
 
-from ayo.scheduler.profile import EngineProfile, LatencyModel
-from ayo.scheduler.profiler import (
+from ayo.scheduler.profiles.profile import EngineProfile, LatencyModel
+from ayo.scheduler.profiles.profiler import (
     efficient_batch,
     fit_latency,
     load_profiles,

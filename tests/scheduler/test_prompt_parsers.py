@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ayo.scheduler import Prompt, PromptError, RegexTokenizer
-from ayo.scheduler.parsers import ItemParser, parse_items
+from ayo.scheduler.ir.parsers import ItemParser, parse_items
 
 
 def test_placeholders_in_order_and_escapes() -> None:

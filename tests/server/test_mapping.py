@@ -11,7 +11,7 @@ from ayo.app import App
 from ayo.engines.errors import EngineClosed, InvalidRequest, UnknownCollection
 from ayo.engines.llm.errors import ContextLengthExceeded
 from ayo.scheduler import DeadlineExceeded, ExecutionError, PlanError
-from ayo.scheduler.engine_scheduler import QueueFull
+from ayo.scheduler.batching.engine_scheduler import QueueFull
 from ayo.server.errors import ApiError
 from ayo.server.mapping import to_api_error
 

@@ -9,8 +9,8 @@ import pytest
 
 from ayo.engines.llm import LLMEngine
 from ayo.profiling import PROFILE_HEADERS, measure_llm, profile_path, profile_rows
-from ayo.scheduler.profile import DEFAULT_PROFILES
-from ayo.scheduler.profiler import profile_from
+from ayo.scheduler.profiles.profile import DEFAULT_PROFILES
+from ayo.scheduler.profiles.profiler import profile_from
 
 
 async def test_measure_llm_samples_decode_steps_and_prefills(tiny_llama):
@@ -43,8 +43,8 @@ def test_profiles_are_keyed_by_model_dtype_and_threads(tmp_path: Path):
 
 def test_stored_profiles_missing_saved_and_malformed(tmp_path: Path):
     from ayo.profiling import stored_profiles
-    from ayo.scheduler.profile import EngineProfile, LatencyModel
-    from ayo.scheduler.profiler import save_profiles
+    from ayo.scheduler.profiles.profile import EngineProfile, LatencyModel
+    from ayo.scheduler.profiles.profiler import save_profiles
 
     key = (tmp_path, "smollm2-135m-instruct", "float32", 2)
     assert stored_profiles(*key) == {}  # none measured: the constants apply
@@ -64,7 +64,7 @@ async def test_a_first_start_measures_every_engine_and_a_later_one_loads(tiny_ll
     from ayo import profiling
     from ayo.adapters import LLMAdapter
     from ayo.app import App
-    from ayo.scheduler.fakes import fake_engines
+    from ayo.scheduler.sim.fakes import fake_engines
 
     eng = LLMEngine.from_model(tiny_llama.path, block_size=4, num_blocks=256, max_model_len=64)
     app = App()

@@ -18,7 +18,7 @@ from ayo.engines.llm.block_manager import BlockManager
 from ayo.engines.llm.commands import Open, Prefill
 from ayo.engines.llm.scheduler import Scheduler
 from ayo.engines.llm.sequence import SeqStatus, Sequence
-from ayo.scheduler.batching import PendingRequest, make_order, sequence_order
+from ayo.scheduler.batching.policies import PendingRequest, make_order, sequence_order
 
 PROMPT = 8  # tokens per prefill; the step budget fits two
 
@@ -143,9 +143,9 @@ async def test_the_runtime_gives_each_llm_call_its_primitives_request_info(tiny_
     """BatchedLLM under ``depth`` sets the engine's step order and hands each prefill and
     decode the calling primitive's depth and query."""
     from ayo.adapters import LLMAdapter
-    from ayo.scheduler.batched_llm import BatchedLLM
-    from ayo.scheduler.engine_api import DecodeParams
-    from ayo.scheduler.request_info import CURRENT, RequestInfo
+    from ayo.scheduler.batching.llm_proxy import BatchedLLM
+    from ayo.scheduler.batching.request_info import CURRENT, RequestInfo
+    from ayo.scheduler.ir.engine_api import DecodeParams
 
     class Facts:
         node_id, op, depth, remaining_ms = "gen", "decode", 4, 50.0
@@ -182,8 +182,8 @@ async def test_the_runtime_gives_each_llm_call_its_primitives_request_info(tiny_
 async def test_the_peers_benchmarks_recording_llm_takes_the_step_order_info(tiny_llama):
     """``benchmarks.peers`` wraps the LLM adapter; under a policy its prefill and decode get
     ``info`` and still record each call."""
-    from ayo.scheduler.batched_llm import BatchedLLM
-    from ayo.scheduler.engine_api import DecodeParams
+    from ayo.scheduler.batching.llm_proxy import BatchedLLM
+    from ayo.scheduler.ir.engine_api import DecodeParams
     from benchmarks.peers import recording_llm
 
     eng = LLMEngine.from_model(tiny_llama.path, block_size=4, num_blocks=64, max_model_len=64)
@@ -203,8 +203,8 @@ async def test_an_adapter_subclass_without_info_keeps_working_in_arrival_order(t
     """A user's LLMAdapter subclass whose prefill override takes no ``info=``: the policy does
     not order its steps (a warning says so), and its calls still work."""
     from ayo.adapters import LLMAdapter
-    from ayo.scheduler.batched_llm import BatchedLLM
-    from ayo.scheduler.engine_api import DecodeParams
+    from ayo.scheduler.batching.llm_proxy import BatchedLLM
+    from ayo.scheduler.ir.engine_api import DecodeParams
 
     class Counting(LLMAdapter):
         prefills = 0
@@ -215,7 +215,7 @@ async def test_an_adapter_subclass_without_info_keeps_working_in_arrival_order(t
 
     eng = LLMEngine.from_model(tiny_llama.path, block_size=4, num_blocks=64, max_model_len=64)
     async with eng:
-        with caplog.at_level("WARNING", logger="ayo.scheduler.batched_llm"):
+        with caplog.at_level("WARNING", logger="ayo.scheduler.batching.llm_proxy"):
             llm = BatchedLLM("llm", [Counting(eng)], policy="depth")
         assert "takes no info=" in caplog.text and eng._core.scheduler.order is None
         seq = await llm.open()

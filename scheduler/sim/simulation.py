@@ -18,10 +18,10 @@ import selectors
 from collections.abc import AsyncIterator, Coroutine, Iterable, Mapping
 from typing import Any, TypeVar
 
-from .engine_api import DecodeParams
+from ..ir.engine_api import DecodeParams
+from ..ir.values import Doc
+from ..profiles.profile import DEFAULT_PROFILES, EngineProfile, LatencyModel
 from .fakes import FakeIndex, FakeKeywordIndex, FakeLLM, FakeReranker, fake_vector, sample_corpus
-from .profile import DEFAULT_PROFILES, EngineProfile, LatencyModel
-from .values import Doc
 
 T = TypeVar("T")
 

@@ -30,13 +30,13 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from .errors import ExecutionError
-from .graph import INPUT_ID, OUTPUT_ID, Edge, EdgeKind, Node, Plan
+from ..batching.request_info import CURRENT, RequestInfo
+from ..ir.errors import ExecutionError
+from ..ir.graph import INPUT_ID, OUTPUT_ID, Edge, EdgeKind, Node, Plan
+from ..ir.ops import Op
+from ..ir.values import SKIPPED, Chunk, EndOfStream, SeqHandle
 from .handlers import HANDLERS, QueryContext, partial_decode_items
-from .ops import Op
 from .plan_costs import NodeFacts, PlanCosts
-from .request_info import CURRENT, RequestInfo
-from .values import SKIPPED, Chunk, EndOfStream, SeqHandle
 
 log = logging.getLogger(__name__)
 _numbers = itertools.count(1)

@@ -13,9 +13,9 @@ import hashlib
 import math
 from collections.abc import AsyncIterator, Iterable
 
-from .engine_api import DecodeParams
-from .prompt import RegexTokenizer
-from .values import Doc
+from ..ir.engine_api import DecodeParams
+from ..ir.prompt import RegexTokenizer
+from ..ir.values import Doc
 
 
 def _digest(*parts: str) -> bytes:

@@ -8,11 +8,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from .graph import INPUT_ID, OUTPUT_ID, EdgeKind, Node, Plan
+from ..ir.graph import INPUT_ID, OUTPUT_ID, EdgeKind, Node, Plan
+from ..ir.ops import Op
+from ..ir.ports import PortType
+from ..profiles.profile import EngineProfile, profile_for
 from .handlers import CONTROL_HANDLERS
-from .ops import Op
-from .ports import PortType
-from .profile import EngineProfile, profile_for
 
 _DECODES = (Op.DECODE, Op.PARTIAL_DECODE)
 _PREFILLS = (Op.PREFILL, Op.PARTIAL_PREFILL, Op.FULL_PREFILL)

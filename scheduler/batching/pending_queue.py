@@ -20,7 +20,7 @@ import heapq
 from collections.abc import Iterator
 from typing import Any
 
-from .batching import BatchLimits, PendingRequest
+from .policies import BatchLimits, PendingRequest
 
 
 class _Fill:
@@ -318,6 +318,6 @@ def make_queue(policy: str, **options: float) -> PendingQueue:
         return DepthQueue()
     if policy == "critical_path":
         return CriticalPathQueue(**options)
-    from .batching import POLICIES
+    from .policies import POLICIES
 
     raise ValueError(f"unknown batching policy {policy!r}; choose one of {POLICIES}")

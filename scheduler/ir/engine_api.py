@@ -1,7 +1,7 @@
 """The engine interfaces a plan targets (names and calls only; the engines live in ayo.engines).
 
 The executor calls exactly these methods, so any object with them can stand in for an engine:
-the real engines, the deterministic fakes in ``ayo.scheduler.fakes``, or remote proxies.
+the real engines, the deterministic fakes in ``ayo.scheduler.sim.fakes``, or remote proxies.
 """
 
 from __future__ import annotations

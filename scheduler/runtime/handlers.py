@@ -16,13 +16,13 @@ import math
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any
 
-from .engine_api import DecodeParams
-from .functions import get_map
-from .graph import Node
-from .ops import Op
-from .parsers import ItemParser, SentenceLimit
-from .prompt import Prompt
-from .values import SKIPPED, Doc, SeqHandle
+from ..ir.engine_api import DecodeParams
+from ..ir.functions import get_map
+from ..ir.graph import Node
+from ..ir.ops import Op
+from ..ir.parsers import ItemParser, SentenceLimit
+from ..ir.prompt import Prompt
+from ..ir.values import SKIPPED, Doc, SeqHandle
 
 logger = logging.getLogger(__name__)
 
@@ -117,7 +117,7 @@ async def _partial_prefill(node: Node, inputs: dict[str, Any], ctx: QueryContext
     if when_idle is None or not ids:
         return {"seq": await _open_prefilled(ctx, node.engine, ids)}
     # Computed in the LLM's next idle gap, or with the FullPrefill if that comes first
-    # (ayo.scheduler.batched_llm): the split never costs an engine step on a busy LLM.
+    # (ayo.scheduler.batching.llm_proxy): the split never costs an engine step on a busy LLM.
     seq = await ctx.open_seq(node.engine)
     when_idle(seq, ids)
     return {"seq": SeqHandle(node.engine, seq, tuple(ids))}

@@ -27,11 +27,11 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequenc
 from dataclasses import dataclass
 from typing import Any
 
+from ..ir.engine_api import DecodeParams
 from .admission import Admission
-from .batched import PrefillCall, Submitter, with_info
-from .batching import PendingRequest, make_order, sequence_order
-from .engine_api import DecodeParams
 from .engine_scheduler import BatchRecord, EngineScheduler
+from .policies import PendingRequest, make_order, sequence_order
+from .proxies import PrefillCall, Submitter, with_info
 from .request_info import CURRENT, make_request
 
 log = logging.getLogger(__name__)
@@ -185,7 +185,7 @@ class BatchedLLM:
         self._open[i] = max(0, self._open[i] - 1)
 
     def prefill(self, seq: Any, tokens: list[int]) -> Awaitable[None]:
-        """Awaitable (the queued request's future, as in ``ayo.scheduler.batched``). Tokens held
+        """Awaitable (the queued request's future, as in ``ayo.scheduler.batching.proxies``). Tokens held
         by :meth:`prefill_when_idle` and not yet issued go first, in the same request."""
         i, raw = self._route(seq)
         held = self._take(i, raw) if self._held else None

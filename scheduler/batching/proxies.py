@@ -16,7 +16,7 @@ from collections.abc import Awaitable, Callable, Hashable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from .batching import PendingRequest
+from .policies import PendingRequest
 from .request_info import make_request
 
 log = logging.getLogger(__name__)

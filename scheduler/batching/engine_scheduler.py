@@ -17,8 +17,8 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from .batching import BatchLimits, PendingRequest
 from .pending_queue import make_queue
+from .policies import BatchLimits, PendingRequest
 
 log = logging.getLogger(__name__)
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from contextvars import ContextVar
 from typing import Any, Protocol
 
-from .batching import PendingRequest
+from .policies import PendingRequest
 
 
 class QueryState(Protocol):

@@ -12,8 +12,8 @@ import asyncio
 import time
 from collections.abc import Callable
 
-from .batching import BatchLimits, PendingRequest
 from .pending_queue import make_queue
+from .policies import BatchLimits, PendingRequest
 
 _ONE = BatchLimits(max_items=1)
 
