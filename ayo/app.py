@@ -320,11 +320,27 @@ class App:
     def default(cls, data_dir: str | None = None, collection: str = "wiki", **options: Any) -> App:
         """An App on the embedded engines (LLM, embedder, reranker, indexes over the
         RetrievalStore in ``data_dir``, searching ``collection`` when a query brings no
-        documents): see :mod:`ayo.adapters`. Loads models (seconds). Raises RuntimeError
-        naming what is missing."""
+        documents): see :mod:`ayo.adapters`. Loads models (seconds). The plans read the engine
+        profile measured on this machine when one is stored in the data directory (see
+        :mod:`ayo.profiling`), else the constants. Raises RuntimeError naming what is missing."""
         from ayo.adapters import default_engines
 
+        engines = default_engines(data_dir, collection)
+        if "profiles" not in options:
+            from pathlib import Path
+
+            import torch
+
+            from ayo.ingest import default_data_dir
+            from ayo.profiling import stored_profiles
+
+            config = engines["llm"].engine.config
+            threads = config.num_threads or torch.get_num_threads()
+            where = Path(data_dir) if data_dir else default_data_dir()
+            options["profiles"] = stored_profiles(
+                where, "smollm2-135m-instruct", config.dtype, threads
+            )
         app = cls(**options)
-        for name, engine in default_engines(data_dir, collection).items():
+        for name, engine in engines.items():
             app.add_engine(name, engine)
         return app

@@ -141,9 +141,18 @@ class BatchedLLM:
             return None
         r = request
         return PendingRequest(
-            r.query_id, r.node_id, None, r.items, r.tokens, r.depth, r.remaining_ms,
-            r.query_remaining_ms, r.deadline, self._clock(), next(self._arrivals), r.op,
-        )  # fmt: skip
+            r.query_id,
+            r.node_id,
+            items=r.items,
+            tokens=r.tokens,
+            depth=r.depth,
+            remaining_ms=r.remaining_ms,
+            query_remaining_ms=r.query_remaining_ms,
+            deadline=r.deadline,
+            enqueued_at=self._clock(),
+            seq=next(self._arrivals),
+            op=r.op,
+        )
 
     def _prefill_request(self, i: int, raw: Any, tokens: list[int]) -> Any:
         request = make_request(PrefillCall(raw, tokens), 1, len(tokens))

@@ -75,6 +75,14 @@ def make_request(payload: Any, items: int = 1, tokens: int = 0) -> PendingReques
         return PendingRequest(0, "", payload, items, tokens)
     query, facts = info.query, info.facts
     return PendingRequest(
-        info.query_id, facts.node_id, payload, items, tokens, facts.depth, facts.remaining_ms,
-        query.remaining_ms(), query.deadline, 0.0, 0, facts.op,
-    )  # fmt: skip
+        info.query_id,
+        facts.node_id,
+        payload,
+        items,
+        tokens,
+        depth=facts.depth,
+        remaining_ms=facts.remaining_ms,
+        query_remaining_ms=query.remaining_ms(),
+        deadline=query.deadline,
+        op=facts.op,
+    )

@@ -156,7 +156,10 @@ class GraphRun:
             self._ready(edge.dst)
 
     def _ready(self, node_id: str) -> None:
-        """All of ``node_id``'s value inputs are in: run it (in place or in a task)."""
+        """All of ``node_id``'s value inputs are in: run it (in place or in a task), unless
+        the query has already ended (failed or past its deadline)."""
+        if self._result.done():  # type: ignore[union-attr]
+            return
         if node_id == OUTPUT_ID:
             self._outputs_ready = True
             self._check_done()

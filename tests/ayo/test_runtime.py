@@ -12,8 +12,8 @@ from ayo.apps import APPS
 from ayo.engine_set import EngineConfig
 from ayo.passes import CompileContext, compile_workflow
 from ayo.scheduler import Edge, EngineProfile, ExecutionError, LatencyModel, Plan, Port, PortType
-from ayo.scheduler.ir import primitives as P
 from ayo.scheduler.batching.policies import BatchLimits
+from ayo.scheduler.ir import primitives as P
 from ayo.scheduler.runtime.graph_run import DeadlineExceeded, QueryRun
 from ayo.scheduler.sim.fakes import FakeEmbedder, FakeLLM, fake_engines
 from ayo.scheduler.sim.simulation import SimKeywordIndex, run_virtual
