@@ -77,6 +77,8 @@ setup(
         ],
         # python -m benchmarks.fuzz: the server against its own OpenAPI document
         "fuzz": ["schemathesis>=4.32,<5"],
+        # engines in Ray actors on other nodes (ayo.remote); start Ray only as it says
+        "ray": ["ray>=2.60,<3"],
     },
     entry_points={"console_scripts": ["ayo=ayo.__main__:main"]},
 )

@@ -280,3 +280,20 @@ def default_engines(
         "keyword": StoreKeywordIndex(store, collection),
         "reranker": _reranker(reranker, embedder),
     }
+
+
+def default_llm(
+    llm: str = "smollm2-135m-instruct", max_new_tokens: int | None = None, **llm_config: Any
+) -> LLMAdapter:
+    """The embedded LLM alone, as :func:`default_engines` registers it (a factory a remote
+    process can call: ``functools.partial(default_llm, dtype="float32")``)."""
+    from ayo.engines.llm import LLMEngine
+
+    return LLMAdapter(LLMEngine.from_model(llm, **llm_config), max_new_tokens)
+
+
+def default_embedder(embedder_threads: int | None = None) -> EmbedderAdapter:
+    """The embedded embedder alone, as :func:`default_engines` registers it."""
+    from ayo.engines import BatchConfig, Embedder
+
+    return EmbedderAdapter(Embedder.from_model(batch=BatchConfig(num_threads=embedder_threads)))

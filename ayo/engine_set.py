@@ -83,7 +83,11 @@ class EngineConfig:
 
 
 def engine_kind(engine: Any) -> str:
-    """The interface ``engine`` implements, from its methods."""
+    """The interface ``engine`` implements: the kind it declares (``engine.engine_kind``, e.g.
+    a :class:`~ayo.remote.RemoteEngine`), else from its methods."""
+    declared = getattr(engine, "engine_kind", None)
+    if isinstance(declared, str) and declared in KINDS:
+        return declared
     if hasattr(engine, "prefill") and hasattr(engine, "decode"):
         return "llm"
     for method, kind in (("embed", "embedder"), ("rerank", "reranker"), ("ingest", "index")):

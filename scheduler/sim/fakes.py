@@ -190,3 +190,9 @@ def fake_engines(delay_s: float = 0.0, corpus_size: int = 40) -> dict[str, objec
         "keyword": FakeKeywordIndex(corpus, delay_s),
         "reranker": FakeReranker(delay_s),
     }
+
+
+def fake_engine(name: str, delay_s: float = 0.0, corpus_size: int = 40) -> object:
+    """The one fake engine that :func:`fake_engines` registers as ``name`` (a factory that a
+    remote process can import and call, e.g. to host it in a Ray actor)."""
+    return fake_engines(delay_s, corpus_size)[name]

