@@ -182,3 +182,12 @@ def local_node() -> str:
     import ray
 
     return ray.get_runtime_context().get_node_id()
+
+
+def test_the_remote_call_benchmark_runs(tmp_path):
+    out = subprocess.run(
+        [sys.executable, "-m", "benchmarks.remote", "--calls", "3"],
+        capture_output=True, text=True, timeout=240, cwd=tmp_path,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "remote adds µs" in out.stdout and "naive_rag query" in out.stdout
