@@ -338,11 +338,17 @@ class RemoteEngine:
         if self.actor is None:
             raise RemoteEngineError(f"remote {self.kind} engine is not started")
         stream = self.actor.decode.options(num_returns="streaming").remote(seq, params, info)
+        finished = False
         try:
             async for ref in stream:
                 yield await ref
+            finished = True
         except Exception as exc:
             raise self._error(exc) from exc
+        finally:
+            if not finished:  # the caller stopped reading (a stop string, a cancelled query):
+                with contextlib.suppress(Exception):  # stop the decode in the actor too
+                    _ray().cancel(stream)
 
     async def score(self, seq: Any, candidates: list[str], info: Any = None) -> list[float]:
         return await self._call("score", seq, list(candidates), info=info)
