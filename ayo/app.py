@@ -329,16 +329,13 @@ class App:
         if "profiles" not in options:
             from pathlib import Path
 
-            import torch
-
             from ayo.ingest import default_data_dir
-            from ayo.profiling import stored_profiles
+            from ayo.profiling import engine_profile_path, stored_profiles
 
-            config = engines["llm"].engine.config
-            threads = config.num_threads or torch.get_num_threads()
             where = Path(data_dir) if data_dir else default_data_dir()
+            llm = engines["llm"].engine
             options["profiles"] = stored_profiles(
-                where, "smollm2-135m-instruct", config.dtype, threads
+                engine_profile_path(where, "smollm2-135m-instruct", llm)
             )
         app = cls(**options)
         for name, engine in engines.items():

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import itertools
 import logging
 import re
 import statistics
@@ -33,7 +34,13 @@ from typing import Any
 from ayo.engine_set import engine_kind
 from ayo.engines.llm.config import cpu_model
 from ayo.scheduler.profiles.profile import DEFAULT_PROFILES, EngineProfile
-from ayo.scheduler.profiles.profiler import Sample, load_profiles, profile_from, save_profiles
+from ayo.scheduler.profiles.profiler import (
+    Sample,
+    load_profiles,
+    measure,
+    profile_from,
+    save_profiles,
+)
 
 log = logging.getLogger(__name__)
 
@@ -104,39 +111,24 @@ async def _drain(stream: Any) -> None:
         pass
 
 
-async def measure_batches(
-    run: Callable[[int, int], Any], batches: tuple[int, ...], repeats: int = 3
-) -> list[Sample]:
-    """Median latency of ``await run(b, salt)`` per batch size ``b`` (after a warm-up run); one
-    text length, so its cost is per item."""
-    samples = []
-    for b in batches:
-        await run(b, -1)
-        times = []
-        for r in range(repeats):
-            t0 = time.perf_counter()
-            await run(b, r)
-            times.append((time.perf_counter() - t0) * 1e3)
-        samples.append(Sample(b, 0, statistics.median(times)))
-    return samples
-
-
 async def _batch_runner(kind: str, engine: Any, embedder: Any | None) -> Any:
-    """``run(b, salt)``: one batch of ``b`` items on a retrieval engine of ``kind`` (None: not
-    measured)."""
+    """``run(b, tokens)`` for ``scheduler/profiles/profiler.py``'s ``measure``: one batch of
+    ``b`` items on a retrieval engine of ``kind``, each call's texts new (None: not measured).
+    One text length, so an item's cost is per item."""
     from ayo.scheduler.ir.values import Doc
 
+    calls = itertools.count()
     if kind == "embedder":
-        return lambda b, salt: engine.embed([f"{WORDS} {salt} {i}" for i in range(b)])
+        return lambda b, _: engine.embed([f"{WORDS} {next(calls)} {i}" for i in range(b)])
     if kind == "reranker":
         docs = [Doc(str(i), f"{WORDS} {i}") for i in range(max(RERANK_PASSAGES))]
-        return lambda b, salt: engine.rerank(f"river {salt}", docs[:b], 3)
+        return lambda b, _: engine.rerank(f"river {next(calls)}", docs[:b], 3)
     if kind == "keyword":
-        return lambda b, salt: engine.search([f"river spring {salt} {i}" for i in range(b)], 32)
+        return lambda b, _: engine.search([f"river {next(calls)} {i}" for i in range(b)], 32)
     if kind == "index" and embedder is not None:
         vectors = await embedder.embed([f"{WORDS} {i}" for i in range(max(SEARCH_BATCHES))])
         collection = getattr(engine, "collection", "default")
-        return lambda b, salt: engine.search(collection, vectors[:b], 32)
+        return lambda b, _: engine.search(collection, vectors[:b], 32)
     return None
 
 
@@ -169,7 +161,8 @@ async def measure_engines(
             continue
         batches = BATCHES.get(kind, SEARCH_BATCHES)
         try:
-            samples[kind] = await measure_batches(run, batches[:3] if quick else batches, repeats)
+            shapes = batches[:3] if quick else batches
+            samples[kind] = await measure(run, shapes, (0,), repeats)
         except ValueError as exc:  # an index whose collection is not ingested
             progress(f"not profiling {kind}: {exc}")
     return samples
@@ -222,15 +215,21 @@ def profile_path(data_dir: Path, model: str, dtype: str, threads: int) -> Path:
     return data_dir / "profiles" / f"{slug}-{hashlib.sha1(key.encode()).hexdigest()[:8]}.json"
 
 
-def stored_profiles(
-    data_dir: Path, model: str, dtype: str, threads: int
-) -> dict[str, EngineProfile]:
-    """The profiles stored for this machine, model, dtype and thread count, or {} (the
-    constants then apply) when there are none or the file is unreadable."""
-    profiles = read_profiles(profile_path(data_dir, model, dtype, threads))
+def engine_profile_path(data_dir: Path, model: str, llm: Any) -> Path:
+    """:func:`profile_path` for a loaded ``LLMEngine``: its resolved dtype, its torch threads."""
+    import torch
+
+    threads = llm.config.num_threads or torch.get_num_threads()
+    return profile_path(data_dir, model, llm.config.dtype, threads)
+
+
+def stored_profiles(path: Path) -> dict[str, EngineProfile]:
+    """The profiles stored at ``path``, or {} (the constants then apply) when there are none
+    or the file is unreadable."""
+    profiles = read_profiles(path)
     if profiles is None:
-        log.info("no engine profile measured for %s %s at %d threads on this machine: the "
-                 "plans use the constants", model, dtype, threads)  # fmt: skip
+        log.info("no engine profile measured on this machine (%s): the plans use the constants",
+                 path.name)  # fmt: skip
     return profiles or {}
 
 

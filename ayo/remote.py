@@ -24,6 +24,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
+import inspect
 import logging
 import os
 import sys
@@ -184,10 +186,14 @@ class EngineHost:
         self._started = False
 
 
-def _takes_info(fn: Callable[..., Any]) -> bool:
-    import inspect
-
+@functools.cache
+def _function_takes_info(fn: Callable[..., Any]) -> bool:
     return "info" in inspect.signature(fn).parameters
+
+
+def _takes_info(method: Callable[..., Any]) -> bool:
+    """Whether ``method`` takes ``info=`` (read once per function, not per call)."""
+    return _function_takes_info(getattr(method, "__func__", method))
 
 
 class _LocalTokenizer:
@@ -275,8 +281,10 @@ class RemoteEngine:
     async def stop(self) -> None:
         if self.actor is None:
             return
-        with contextlib.suppress(Exception):  # a dead actor has nothing left to stop
+        try:
             await self._remote("stop")
+        except Exception as exc:  # a dead actor has nothing left to stop; kill it anyway
+            log.debug("stopping remote %s engine: %s", self.kind, exc)
         _ray().kill(self.actor)
         self.actor = None
 

@@ -111,15 +111,12 @@ async def use_profiles(app: Any, args: argparse.Namespace) -> dict[str, Any]:
 
     profiles: dict[str, Any] = dict(DEFAULT_PROFILES)
     if args.engines == "default":
-        import torch
-
         from ayo.ingest import default_data_dir
-        from ayo.profiling import ensure_profiles, profile_path
+        from ayo.profiling import engine_profile_path, ensure_profiles
 
-        llm = app.engines.instances("llm")[0].engine
-        threads = llm.config.num_threads or torch.get_num_threads()
         data_dir = Path(args.data_dir or default_data_dir())
-        path = profile_path(data_dir, "smollm2-135m-instruct", llm.config.dtype, threads)
+        llm = app.engines.instances("llm")[0].engine
+        path = engine_profile_path(data_dir, "smollm2-135m-instruct", llm)
         profiles.update(await ensure_profiles(app, path, app.engines.instances("embedder")[0]))
     if args.split_min_tokens is not None:  # the LLM profile the prefill-split pass reads
         profiles["llm"] = replace(profiles["llm"], prefill_split_min_tokens=args.split_min_tokens)

@@ -120,10 +120,10 @@ def policy_table(by_policy: dict[str, list[SettingResult]]) -> tuple[list[str], 
     policies = list(by_policy)
     headers = ["app", "load"] + [f"{p} opt" for p in policies] + [f"{p} mbm" for p in policies]
     headers.append("equal answers")
-    first = [x for r in by_policy[policies[0]] for x in r.per_app()]
+    per_app = {p: [x for r in by_policy[p] for x in r.per_app()] for p in policies}
     rows: list[list] = []
-    for i, ref in enumerate(first):
-        cells = [[x for r in by_policy[p] for x in r.per_app()][i] for p in policies]
+    for i, ref in enumerate(per_app[policies[0]]):
+        cells = [per_app[p][i] for p in policies]
         row: list = [ref.app, ref.load.split(" (")[0]]
         for mode in MODES:
             row += [f"{c.runs[mode].mean_ms / 1e3:.2f} / {c.runs[mode].p99_ms / 1e3:.2f}"

@@ -55,8 +55,6 @@ def build_engines(config: ServerConfig, **llm_options: Any) -> tuple[Any, Any, A
 
 def make_state(config: ServerConfig, llm: Any, embedder: Any, store: Any) -> ServerState:
     """The runtime over already loaded engines (the apps search ``config.collection``)."""
-    import torch
-
     from ayo.adapters import (
         EmbedderAdapter,
         LLMAdapter,
@@ -66,10 +64,9 @@ def make_state(config: ServerConfig, llm: Any, embedder: Any, store: Any) -> Ser
     )
     from ayo.app import App
     from ayo.engines import Reranker
-    from ayo.profiling import stored_profiles
+    from ayo.profiling import engine_profile_path, stored_profiles
 
-    threads = llm.config.num_threads or torch.get_num_threads()
-    profiles = stored_profiles(config.data_path, config.model, llm.config.dtype, threads)
+    profiles = stored_profiles(engine_profile_path(config.data_path, config.model, llm))
     if not profiles and config.profile_engines:
         log.info("the engines are measured once the corpus is in (first start on this machine)")
     app = App(max_queries=config.max_concurrent_queries, profiles=profiles)
@@ -143,15 +140,11 @@ async def build_state(config: ServerConfig, **llm_options: Any) -> ServerState:
 async def ensure_engine_profiles(state: ServerState) -> None:
     """The first start on this machine (no stored profile for its CPU, model, dtype and thread
     count) measures the engines and stores their profile; the plans use it from now on."""
-    import torch
+    from ayo.profiling import engine_profile_path, ensure_profiles
 
-    from ayo.profiling import ensure_profiles, profile_path
-
-    config, llm = state.config, state.llm
-    threads = llm.config.num_threads or torch.get_num_threads()
-    path = profile_path(config.data_path, config.model, llm.config.dtype, threads)
-    if not path.exists():
-        app = state.app
+    config, app = state.config, state.app
+    path = engine_profile_path(config.data_path, config.model, state.llm)
+    if not path.exists():  # else make_state loaded it
         await ensure_profiles(app, path, app.engines.instances("embedder")[0])
 
 

@@ -174,10 +174,11 @@ class GraphRun:
 
     def _run_inline(self, facts: NodeFacts) -> None:
         """A control primitive that cannot wait on anything: its handler, called here."""
-        node, start = facts.node, self._clock()
+        node = facts.node
+        start = self._clock() if self._on_control is not None else 0.0
         try:
             data = self._data(facts)
-            if any(v is SKIPPED for v in data.values()) and not facts.coalesce:
+            if _skipped(facts, data):
                 outputs = {p.name: SKIPPED for p in node.outputs}
             else:
                 outputs = facts.compute(node, data, self.ctx)  # type: ignore[misc]
@@ -219,7 +220,7 @@ class GraphRun:
         node = facts.node
         data = self._data(facts)
         stream_in = facts.stream_in
-        if not facts.coalesce and any(v is SKIPPED for v in data.values()):
+        if _skipped(facts, data):
             await self._skip(facts)
         elif stream_in is not None:
             await self._consume_stream(node, data, stream_in)
@@ -339,6 +340,11 @@ class GraphRun:
             await asyncio.gather(*running, return_exceptions=True)
         if self.ctx.open_seqs or self.ctx.temp_collections:
             await self.ctx.release()
+
+
+def _skipped(facts: NodeFacts, data: Mapping[str, Any]) -> bool:
+    """An input is SKIPPED (a branch not taken) and the node does not pick between inputs."""
+    return not facts.coalesce and any(v is SKIPPED for v in data.values())
 
 
 QueryRun = GraphRun  # the reference executor's former name: the same code

@@ -47,14 +47,14 @@ def test_stored_profiles_missing_saved_and_malformed(tmp_path: Path):
     from ayo.scheduler.profiles.profiler import save_profiles
 
     key = (tmp_path, "smollm2-135m-instruct", "float32", 2)
-    assert stored_profiles(*key) == {}  # none measured: the constants apply
+    assert stored_profiles(profile_path(*key)) == {}  # none measured: the constants apply
     measured = {"llm": EngineProfile(8, 88, 16, LatencyModel(44.6, 4.0, 0.51))}
     path = profile_path(*key)
     path.parent.mkdir(parents=True)
     save_profiles(path, measured)
-    assert stored_profiles(*key) == measured
+    assert stored_profiles(path) == measured
     path.write_text("{not json")
-    assert stored_profiles(*key) == {}  # unreadable: ignored with a warning, not a failed start
+    assert stored_profiles(path) == {}  # unreadable: ignored with a warning, not a failed start
 
 
 async def test_a_first_start_measures_every_engine_and_a_later_one_loads(tiny_llama, tmp_path):
