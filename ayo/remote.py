@@ -133,6 +133,7 @@ class EngineHost:
     def __init__(self, factory: Callable[[], Any]) -> None:
         self.engine = factory()
         self._started = False
+        self.pid = os.getpid()  # a restarted actor is a new process
 
     async def _ready(self) -> Any:
         if not self._started:
@@ -144,6 +145,18 @@ class EngineHost:
 
     async def node(self) -> str:
         return _ray().get_runtime_context().get_node_id()
+
+    async def info(self) -> dict[str, Any]:
+        """Where this actor runs (node, process) and whether its engine has started."""
+        return {"node": await self.node(), "pid": self.pid, "started": self._started}
+
+    async def _info(self) -> dict[str, Any]:
+        return await self.actor.info.remote()
+
+    async def apply(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """``fn(engine, *args)`` here, next to the engine (operations the protocols lack)."""
+        result = fn(await self._ready(), *args)
+        return await result if inspect.isawaitable(result) else result
 
     async def call(self, method: str, *args: Any, **kwargs: Any) -> Any:
         engine = await self._ready()
@@ -243,6 +256,10 @@ class RemoteEngine:
         self.engine_kind = kind  # what App.add_engine registers it as
         self.actor: Any = None
         self.node_id = ""
+        self.pid = 0  # the actor's process: a new one after a restart
+        self.restarts = 0  # restarts seen (a new process answering)
+        self.failures = 0  # calls failed because the actor failed or died
+        self.last_error = ""
         self._tokenizer: Any = None
         self._order: Any = None
 
@@ -260,7 +277,7 @@ class RemoteEngine:
         )
         self.actor = host.remote(self.factory)
         try:
-            self.node_id = await asyncio.wait_for(self._remote("node"), self.start_timeout_s)
+            info = await asyncio.wait_for(self._remote("info"), self.start_timeout_s)
         except asyncio.TimeoutError:
             ray.kill(self.actor)
             self.actor = None
@@ -269,6 +286,7 @@ class RemoteEngine:
                 f"(needs {self.num_cpus} CPUs and resources {self.resources}; custom resources "
                 "are consumed: give each actor a fraction, e.g. {'worker': 0.1})"
             ) from None
+        self.node_id, self.pid = info["node"], info["pid"]
         if self._order is not None:
             await self._remote("set_step_order", self._order)
         if self.kind == "llm":
@@ -300,10 +318,41 @@ class RemoteEngine:
         ray = _ray()
         if isinstance(exc, ray.exceptions.RayTaskError):
             return exc.as_instanceof_cause()  # the engine's own error, as raised there
+        self.failures += 1
+        self.last_error = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
         return RemoteEngineError(
             f"remote {self.kind} engine on node {self.node_id or '?'} failed: "
             f"{type(exc).__name__}: {exc}"
         )
+
+    async def health(self, timeout_s: float = 2.0) -> dict[str, Any]:
+        """The instance as ``/health`` shows it: ``state`` is ``alive`` (its actor answered
+        within ``timeout_s``), ``down`` (dead, restarting or not answering) or ``stopped``;
+        with its node, process, the restarts seen and the calls that failed on it."""
+        state = "stopped"
+        if self.actor is not None:
+            try:  # straight to the actor: a failed ping is no failed call
+                info = await asyncio.wait_for(self._info(), timeout_s)
+            except asyncio.TimeoutError:
+                state, self.last_error = "down", f"no answer to a ping within {timeout_s:g} s"
+            except Exception as exc:  # dead, or restarting
+                state, self.last_error = "down", f"{type(exc).__name__} (ping)"
+            else:
+                state = "alive"
+                if info["pid"] != self.pid:
+                    self.restarts += 1
+                    self.node_id, self.pid = info["node"], info["pid"]
+        return {"kind": self.kind, "where": "remote", "state": state, "node": self.node_id,
+                "pid": self.pid, "resources": self.resources, "restarts": self.restarts,
+                "failures": self.failures, "last_error": self.last_error}  # fmt: skip
+
+    async def _info(self) -> dict[str, Any]:
+        return await self.actor.info.remote()
+
+    async def apply(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """``fn(engine, *args)`` in the actor, next to the engine (``fn`` must be picklable:
+        a module-level function); for operations the engine protocols lack."""
+        return await self._remote("apply", fn, *args)
 
     async def _call(self, method: str, *args: Any, **kwargs: Any) -> Any:
         return await self._remote("call", method, *args, **kwargs)

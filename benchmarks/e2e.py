@@ -9,7 +9,9 @@ engines each time) at the same offered rates (those of the first policy's serial
 and adds a policy table, a latency-vs-rate plot per policy and, per policy, a Gantt of the LLM
 engine's steps in the highest-rate optimized run, coloured by query. ``--mix`` runs the apps
 together (question ``i`` to app ``i mod len(apps)``; contextual_rag gets three seeded wiki
-summaries as its documents).
+summaries as its documents). ``--ray`` runs everything twice, with the LLM as one local
+instance and as one local + one remote replica (a Ray actor on a second node of a loopback
+cluster), and adds what a remote call costs, measured in the same run (``e2e_ray.py``).
 
 Engines: the embedded default (SmolLM2-135M-Instruct, all-MiniLM-L6-v2, the reranker over it,
 faiss + BM25 over the ``wiki`` collection of ``--data-dir``, ingested first when missing).
@@ -41,6 +43,7 @@ from ayo.scheduler.batching.policies import POLICIES
 
 from .common import machine, print_table, setup_benchmark_logging
 from .e2e_core import MODES, Plan, SettingResult, run_all
+from .e2e_ray import SETUPS, remote_call_overhead, replica_table, start_cluster
 from .e2e_report import (
     HEADERS,
     answers_equal_across,
@@ -86,7 +89,7 @@ async def ensure_wiki(store: Any, collection: str) -> None:
     log.info("ingested %d documents in %.0f s", summary.documents, summary.seconds)
 
 
-def build_app(args: argparse.Namespace, policy: str) -> Any:
+def build_app(args: argparse.Namespace, policy: str, remote_llms: int = 0) -> Any:
     from ayo.app import App
 
     if args.engines == "fake":
@@ -98,6 +101,11 @@ def build_app(args: argparse.Namespace, policy: str) -> Any:
         args.data_dir, args.collection, dtype=args.dtype, num_threads=args.llm_threads or None,
         embedder_threads=args.embedder_threads or None, max_new_tokens=args.max_tokens,
     )  # fmt: skip
+    if remote_llms:  # replicas behind one scheduler; the judge shares them as it shares the LLM
+        from .e2e_ray import remote_llm
+
+        replicas = [engines["llm"]] + [remote_llm(args) for _ in range(remote_llms)]
+        engines["llm"] = engines["judge"] = replicas
     for name, engine in engines.items():
         app.add_engine(name, engine)
     return app
@@ -124,15 +132,12 @@ async def use_profiles(app: Any, args: argparse.Namespace) -> dict[str, Any]:
     return {name: str(p) for name, p in profiles.items()}
 
 
-def prefix_cache_reset(app: Any) -> Callable[[], None]:
-    """Empties the LLM engine's prefix cache (its hash table; the blocks stay allocated as
-    they are). Called only while the engine is idle, between queries (see e2e_core)."""
-    engine = app.engines.instances("llm")[0].engine
+def prefix_cache_reset(app: Any) -> Callable[[], Any]:
+    """Empties every LLM instance's prefix cache; called only while the engines are idle,
+    between queries (see e2e_core and ``e2e_ray.clear_prefix_cache``)."""
+    from .e2e_ray import reset_all
 
-    def reset() -> None:
-        engine._core.bm.hash_to_block.clear()  # benchmark-only reach into the engine
-
-    return reset
+    return reset_all(app.engines.instances("llm"))
 
 
 def estimate_s(warm_ms: dict[str, float], plan: Plan) -> float:
@@ -176,10 +181,10 @@ class StepLog:
 
 
 async def bench(
-    args: argparse.Namespace, plan: Plan, policy: str
+    args: argparse.Namespace, plan: Plan, policy: str, remote_llms: int = 0
 ) -> tuple[list[SettingResult], dict[str, Any], StepLog | None]:
     t_load = time.perf_counter()
-    app = build_app(args, policy)
+    app = build_app(args, policy, remote_llms)
     if args.engines == "default":
         await ensure_wiki(app.engines.instances("index")[0].store, args.collection)
     meta: dict[str, Any] = {"load_s": round(time.perf_counter() - t_load, 1)}
@@ -198,7 +203,7 @@ async def bench(
         meta.update(warmup_ms=warm, expected_s=round(expected))
         t0 = time.perf_counter()
         steps = None
-        if args.engines == "default" and plan.rate_multipliers:
+        if args.engines == "default" and plan.rate_multipliers and not args.ray:
             top = max(plan.rate_multipliers)
             steps = StepLog(app.engines.instances("llm")[0].engine, f"poisson {top:g}x ")
         reset = prefix_cache_reset(app) if args.engines == "default" else lambda: None
@@ -206,6 +211,9 @@ async def bench(
         meta["measure_s"] = round(time.perf_counter() - t0, 1)
         if args.engines == "default":
             meta["llm_stats"] = str(app.engines.instances("llm")[0].engine.stats())
+        if remote_llms:
+            meta["remote"] = [await r.health() for r in app.engines.instances("llm")[1:]]
+        meta["engine_stats"] = app.engines.stats()
     return results, meta, steps
 
 
@@ -239,6 +247,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="embedded engines, or the deterministic fakes (a smoke run)")  # fmt: skip
     p.add_argument("--fake-delay", type=float, default=0.002, help="fake engines' delay (s)")
     p.add_argument("--quick", action="store_true", help="tiny sizes: a smoke run")
+    p.add_argument("--ray", action="store_true", help="1 local LLM vs 1 local + 1 remote "
+                   "replica (a Ray actor on a second loopback node; the ray extra), then what "
+                   "a remote call adds, same run (see benchmarks/e2e_ray.py)")  # fmt: skip
     args = p.parse_args(argv)
     if args.quick:
         args.questions, args.serial_questions = 2, 2
@@ -251,6 +262,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         p.error(f"--policy: unknown {unknown}; choose from {', '.join(POLICIES)}")
     if args.llm_threads < 0 or args.embedder_threads < 0:
         p.error("--llm-threads and --embedder-threads must be >= 0 (0: torch's default)")
+    if args.ray and (len(args.policies) > 1 or args.engines != "default"):
+        p.error("--ray compares LLM replicas of the default engines under one --policy")
+    if args.ray and importlib.util.find_spec("ray") is None:
+        p.error("--ray needs the ray extra: .venv/bin/pip install -e '.[ray]'")
     return args
 
 
@@ -278,15 +293,31 @@ def main(argv: list[str] | None = None) -> int:
     by_policy: dict[str, list[SettingResult]] = {}
     metas: dict[str, Any] = {}
     steps: dict[str, StepLog | None] = {}
-    for policy in args.policies:
-        log.info("policy %s", policy)
-        results, metas[policy], steps[policy] = asyncio.run(bench(args, plan, policy))
-        by_policy[policy] = results
-        if plan.capacity_qps is None:  # the later policies get the same offered rates
-            serial = [r for r in results if r.rate_qps is None]
-            plan = replace(
-                plan, capacity_qps={r.app: 1e3 / r.runs[MODES[1]].mean_ms for r in serial}
+    # the runs compared: one per policy, or (--ray) one per LLM setup under the one policy
+    runs = [(s, args.policies[0], n) for s, n in SETUPS] if args.ray else [
+        (p, p, 0) for p in args.policies]  # fmt: skip
+    cluster = start_cluster(args) if args.ray else None
+    overhead: list[list[object]] = []
+    try:
+        for label, policy, remote_llms in runs:
+            log.info("run %s", label)
+            results, metas[label], steps[label] = asyncio.run(
+                bench(args, plan, policy, remote_llms)
             )
+            by_policy[label] = results
+            if plan.capacity_qps is None:  # the later runs get the same offered rates
+                serial = [r for r in results if r.rate_qps is None]
+                plan = replace(
+                    plan, capacity_qps={r.app: 1e3 / r.runs[MODES[1]].mean_ms for r in serial}
+                )
+        if cluster is not None:
+            overhead = asyncio.run(remote_call_overhead())
+    finally:
+        if cluster is not None:
+            import ray
+
+            ray.shutdown()
+            cluster.shutdown()
     load_after = os.getloadavg()
     split = "" if args.split_min_tokens is None else f"split min {args.split_min_tokens} tokens, "
     settings = (f"engines {args.engines}, policy {args.policy}, {split}LLM {args.dtype}, max {args.max_tokens} new tokens per "
@@ -298,7 +329,7 @@ def main(argv: list[str] | None = None) -> int:
           f"{load_after[0]:.2f} (1 min)")  # fmt: skip
     for policy, results in by_policy.items():
         if len(by_policy) > 1:
-            print(f"# policy {policy}")
+            print(f"# {'setup' if args.ray else 'policy'} {policy}")
         print_table(HEADERS, table_rows([x for r in results for x in r.per_app()]))
     title = f"{where}\n{settings}"
     written = [args.out / "e2e.json", args.out / "latency_vs_rate.png"]
@@ -311,10 +342,19 @@ def main(argv: list[str] | None = None) -> int:
         plot_latency_vs_rate(written[1], results, title)
         written += write_gantts(args.out, results)
     else:
-        print("# policies side by side: mean / p99 s, optimized then module by module")
-        print_table(*policy_table(by_policy))
+        if args.ray:
+            print("# LLM setups side by side: mean / p99 s and throughput q/s, optimized then "
+                  "module by module")  # fmt: skip
+            print_table(*replica_table(by_policy))
+            for label in by_policy:
+                served = {k: v["items"] for k, v in metas[label]["engine_stats"].items()
+                          if k.split("#")[0] in ("llm", "judge")}  # fmt: skip
+                print(f"# {label}: prefills per LLM instance {served}")
+        else:
+            print("# policies side by side: mean / p99 s, optimized then module by module")
+            print_table(*policy_table(by_policy))
         same, total = answers_equal_across(by_policy)
-        print(f"# answers equal across every policy, load and mode: {same}/{total} questions")
+        print(f"# answers equal across every run, load and mode: {same}/{total} questions")
         write_policies_json(written[0], {**meta, "runs": metas}, by_policy)
         plot_policies(written[1], by_policy, title)
     for policy, log_ in steps.items():
@@ -324,6 +364,10 @@ def main(argv: list[str] | None = None) -> int:
             write_step_gantt(path, log_.steps, top.runs[MODES[0]],
                              f"LLM steps, policy {policy}, {top.app} {top.load}, optimized")  # fmt: skip
             written.append(path)
+    if overhead:
+        print("# what a remote call adds (fake engines, the embedder in a Ray actor on the "
+              "second node; median of 300 calls)")  # fmt: skip
+        print_table(["what", "in process µs", "remote µs", "remote adds µs"], overhead)
     print("# wrote " + ", ".join(str(w) for w in written))
     return 0
 

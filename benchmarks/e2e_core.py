@@ -21,10 +21,11 @@ serial capacity is the whole mix's, and the results give each app's share (``per
 from __future__ import annotations
 
 import asyncio
+import inspect
 import random
 import statistics
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -161,11 +162,17 @@ def _answer(outputs: dict[str, Any]) -> str:
     return str(outputs.get("answer", outputs))
 
 
-Reset = Callable[[], None]
+Reset = Callable[[], Awaitable[None] | None]  # sync, or async (a remote engine's cache)
 
 
 def _no_reset() -> None:
     return None
+
+
+async def _reset(reset: Reset) -> None:
+    done = reset()
+    if inspect.isawaitable(done):
+        await done
 
 
 Query = tuple[str, dict[str, Any]]  # (app, inputs)
@@ -186,7 +193,7 @@ async def run_serial(
     for i, (name, inputs) in enumerate(queries):
         order = MODES if i % 2 == 0 else MODES[::-1]
         for mode in order:
-            reset()
+            await _reset(reset)
             t0 = time.perf_counter()
             result = await app.run(name, inputs, optimize=mode == MODES[0])
             runs[mode].wall_s += time.perf_counter() - t0
@@ -228,7 +235,7 @@ async def run_poisson(
     arrivals = poisson_arrivals(len(queries), rate_qps, seed)
     runs: dict[str, ModeRun] = {}
     for mode in MODES if optimized_first else MODES[::-1]:
-        reset()
+        await _reset(reset)
         if on_mode is not None:
             on_mode("start", mode)
         runs[mode] = await _poisson_mode(app, queries, arrivals, mode)

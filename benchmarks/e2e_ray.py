@@ -1,0 +1,93 @@
+"""``python -m benchmarks.e2e --ray``: the LLM as 1 local instance vs 1 local + 1 remote replica
+(a Ray actor on a second node of a loopback-only cluster on this machine), behind one engine
+scheduler, under the same Poisson arrivals; then what a remote call adds per primitive, in the
+same run (``benchmarks.remote``'s measurement on fake engines).
+
+Both setups build fresh engines, plan with the same stored profile and empty every LLM
+instance's prefix cache before each query (serial) or each mode's run (Poisson), the remote
+one through :meth:`ayo.remote.RemoteEngine.apply`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+from typing import Any
+
+from .e2e_core import MODES, SettingResult
+
+SETUPS = (("1 local LLM", 0), ("1 local + 1 remote LLM", 1))
+WORKER = {"worker": 1}  # the second node's resource; each actor takes a fraction of it
+
+
+def start_cluster(args: argparse.Namespace) -> Any:
+    """A head (this driver's node) and one worker node, both on 127.0.0.1; the worker has the
+    CPUs of one remote LLM (its torch threads) and room for the overhead benchmark's fake."""
+    from ayo.remote import start_loopback_cluster
+
+    return start_loopback_cluster(
+        [{"num_cpus": max(1, args.llm_threads), "resources": WORKER}], object_store_mb=200
+    )
+
+
+def remote_llm(args: argparse.Namespace) -> Any:
+    """The LLM replica on the worker node, built there as the local one is built here."""
+    from ayo.adapters import default_llm
+    from ayo.remote import RemoteEngine
+
+    factory = functools.partial(
+        default_llm, max_new_tokens=args.max_tokens, dtype=args.dtype,
+        num_threads=args.llm_threads or None,
+    )  # fmt: skip
+    return RemoteEngine(
+        factory, "llm", resources={"worker": 0.5}, num_cpus=max(1, args.llm_threads)
+    )
+
+
+def clear_prefix_cache(adapter: Any) -> None:
+    """Empties an LLM engine's prefix cache (its hash table; the blocks stay allocated as they
+    are). Benchmark-only reach into the engine; called while it is idle, between queries."""
+    adapter.engine._core.bm.hash_to_block.clear()
+
+
+def reset_all(instances: list[Any]) -> Any:
+    """The e2e runner's reset over every LLM instance, local and remote."""
+
+    async def reset() -> None:
+        for inst in instances:
+            if hasattr(inst, "apply"):
+                await inst.apply(clear_prefix_cache)
+            else:
+                clear_prefix_cache(inst)
+
+    return reset
+
+
+def replica_table(by_setup: dict[str, list[SettingResult]]) -> tuple[list[str], list[list]]:
+    """Per app and load, each setup's mean / p99 seconds and throughput (queries/s), optimized
+    plans then module by module."""
+    setups = list(by_setup)
+    headers = ["app", "load"]
+    for mode in ("opt", "mbm"):
+        headers += [f"{s} {mode}: mean / p99 s, q/s" for s in setups]
+    headers.append("equal answers")
+    per_app = {s: [x for r in by_setup[s] for x in r.per_app()] for s in setups}
+    rows: list[list] = []
+    for i, ref in enumerate(per_app[setups[0]]):
+        cells = [per_app[s][i] for s in setups]
+        row: list = [ref.app, ref.load.split(" (")[0]]
+        for mode in MODES:
+            for c in cells:
+                run = c.runs[mode]
+                row.append(f"{run.mean_ms / 1e3:.2f} / {run.p99_ms / 1e3:.2f}, "
+                           f"{run.throughput_qps:.3f}")  # fmt: skip
+        row.append(", ".join(f"{c.equal_answers}/{c.runs[MODES[0]].n}" for c in cells))
+        rows.append(row)
+    return headers, rows
+
+
+async def remote_call_overhead(calls: int = 300) -> list[list[object]]:
+    """``benchmarks.remote``'s rows on this run's cluster."""
+    from .remote import measure
+
+    return await measure(calls)
