@@ -292,8 +292,22 @@ def default_llm(
     return LLMAdapter(LLMEngine.from_model(llm, **llm_config), max_new_tokens)
 
 
-def default_embedder(embedder_threads: int | None = None) -> EmbedderAdapter:
-    """The embedded embedder alone, as :func:`default_engines` registers it."""
+def default_embedder(
+    embedder_threads: int | None = None, model: str = "all-minilm-l6-v2"
+) -> EmbedderAdapter:
+    """The embedded embedder alone (or ``model``, a sentence-transformers folder), as
+    :func:`default_engines` registers it."""
     from ayo.engines import BatchConfig, Embedder
 
-    return EmbedderAdapter(Embedder.from_model(batch=BatchConfig(num_threads=embedder_threads)))
+    batch = BatchConfig(num_threads=embedder_threads)
+    return EmbedderAdapter(Embedder.from_model(model, batch=batch))
+
+
+def default_reranker(
+    embedder: str = "all-minilm-l6-v2", kind: str = "embedding"
+) -> RerankerAdapter:
+    """The reranker alone, as :func:`default_engines` registers it (the embedding reranker
+    loads its own ``embedder``: a factory for a remote node)."""
+    from ayo.engines import Embedder
+
+    return _reranker(kind, Embedder.from_model(embedder) if kind == "embedding" else None)

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ayo.apps import APPS, AppTemplate
+from ayo.cluster import Placement, place
 from ayo.engine_set import EngineConfig, EngineSet
 from ayo.metrics import AppMetrics
 from ayo.plan_cache import PlanCache
@@ -104,8 +105,20 @@ class App:
         *,
         kind: str | None = None,
         config: EngineConfig | None = None,
+        placement: Placement | Sequence[Placement] | None = None,
     ) -> None:
-        """Register ``engine`` (or a list of instances) under ``name``, the name plans use."""
+        """Register ``engine`` (or a list of instances) under ``name``, the name plans use.
+
+        With ``placement`` (an :class:`ayo.cluster.Placement`, or a list: replicas behind one
+        scheduler), ``engine`` is a factory with its ``kind``: called here for a local
+        instance, on the chosen Ray node for a remote one (``ayo.remote.RemoteEngine``)."""
+        if placement is not None:
+            if not callable(engine) or kind is None:
+                raise ValueError(
+                    f"engine {name!r}: with placement=, give a factory that builds the engine "
+                    "and its kind= (llm, embedder, index, keyword, reranker)"
+                )
+            engine = place(name, engine, placement, kind)
         self.engines.add(name, engine, kind=kind, config=config)
 
     def add_workflow(self, workflow: AppTemplate | Workflow) -> None:
@@ -147,8 +160,14 @@ class App:
             loop = asyncio.get_running_loop()
             self._clock = loop.time if isinstance(loop, VirtualClockLoop) else time.monotonic
             self.engines.clock = self._clock
-        await self.engines.start_instances()
+        # the schedulers first: they give each LLM its step order before it starts (a remote
+        # one is built with it, and rebuilt with it when Ray restarts its actor)
         self.engines.build()
+        try:
+            await self.engines.start_instances()
+        except BaseException:
+            await self.engines.stop()
+            raise
 
     async def close(self) -> None:
         """Stop the schedulers (pending requests fail) and the engines' workers."""

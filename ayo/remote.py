@@ -127,11 +127,14 @@ def start_loopback_cluster(
 
 
 class EngineHost:
-    """Runs in the actor: builds the engine with ``factory`` (on this node), starts it on first
-    use (again after a restart), and serves the engine protocols' calls."""
+    """Runs in the actor: builds the engine with ``factory`` (on this node), gives it the
+    runtime's step ``order`` (an LLM), starts it on first use, and serves the engine protocols'
+    calls. Ray restarts an actor by running this again with the same arguments."""
 
-    def __init__(self, factory: Callable[[], Any]) -> None:
+    def __init__(self, factory: Callable[[], Any], order: Any = None) -> None:
         self.engine = factory()
+        if order is not None and hasattr(self.engine, "set_step_order"):
+            self.engine.set_step_order(order)
         self._started = False
         self.pid = os.getpid()  # a restarted actor is a new process
 
@@ -275,7 +278,7 @@ class RemoteEngine:
             max_restarts=self.max_restarts,
             max_task_retries=0,  # a call that died with its actor fails; the next one restarts
         )
-        self.actor = host.remote(self.factory)
+        self.actor = host.remote(self.factory, self._order)
         try:
             info = await asyncio.wait_for(self._remote("info"), self.start_timeout_s)
         except asyncio.TimeoutError:
@@ -287,8 +290,6 @@ class RemoteEngine:
                 "are consumed: give each actor a fraction, e.g. {'worker': 0.1})"
             ) from None
         self.node_id, self.pid = info["node"], info["pid"]
-        if self._order is not None:
-            await self._remote("set_step_order", self._order)
         if self.kind == "llm":
             from ayo.adapters import EngineTokenizer
 
@@ -384,8 +385,8 @@ class RemoteEngine:
         return await self._call("open")
 
     def set_step_order(self, order: Any) -> None:
-        """The runtime's policy orders the remote engine's steps: sent to the actor at start
-        (the runtime sets it before it starts its engines)."""
+        """The runtime's policy orders the remote engine's steps: given to the actor when it is
+        built, and again by Ray at a restart (the runtime sets it before it starts engines)."""
         self._order = order
 
     async def prefill(self, seq: Any, tokens: list[int], info: Any = None) -> None:

@@ -100,7 +100,6 @@ class BatchedLLM:
         if admissions is not None and len(admissions) != len(instances):
             raise ValueError(f"LLM {name!r}: one admission per instance")
         self.admissions = list(admissions) if admissions is not None else None
-        self.tokenizer = self.instances[0].tokenizer
         self.on_batch = on_batch
         self._clock = clock
         self._open = [0] * len(self.instances)
@@ -158,6 +157,11 @@ class BatchedLLM:
         request = make_request(PrefillCall(raw, tokens), 1, len(tokens))
         request.payload.info = self._info(i, request)
         return request
+
+    @property
+    def tokenizer(self) -> Any:
+        """The first instance's (read when asked: a remote LLM's arrives when it starts)."""
+        return self.instances[0].tokenizer
 
     @property
     def open_sequences(self) -> int:

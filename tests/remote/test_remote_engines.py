@@ -191,6 +191,12 @@ async def test_every_app_with_the_llm_and_embedder_on_a_second_node_answers_as_i
             assert got.outputs == want.outputs, app_name
             assert want.outputs["answer"].strip()
         assert llm.node_id == embedder.node_id != local_node()
+        assert await llm.apply(_step_order_set)  # the runtime's policy orders its steps there
+
+
+def _step_order_set(adapter) -> bool:
+    """In the actor: whether the LLM engine got the runtime's step order."""
+    return adapter.engine._core.scheduler.order is not None
 
 
 @pytest.mark.slow  # a local and a remote SmolLM2: ~40 s on 2 cores
