@@ -9,6 +9,7 @@ instance.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -241,6 +242,21 @@ class EngineSet:
         for inst in reversed(self._distinct_instances()):
             if callable(getattr(inst, "stop", None)):
                 await inst.stop()
+
+    async def health(self, timeout_s: float = 2.0) -> list[dict[str, Any]]:
+        """Every engine instance, as ``/health`` lists them: name, instance (the row its
+        scheduler reports as), kind, ``where`` (``local`` or ``remote``) and ``state``; a remote
+        instance is pinged (``RemoteEngine.health``: node, process, restarts, failed calls)."""
+        pingable = [i for i in self._distinct_instances() if hasattr(i, "health")]
+        pinged = await asyncio.gather(*(inst.health(timeout_s) for inst in pingable))
+        remote = {id(inst): h for inst, h in zip(pingable, pinged)}
+        rows = []
+        for e in self._entries.values():
+            for i, inst in enumerate(e.instances):
+                row = {"engine": e.name, "kind": e.kind,
+                       "instance": e.name if len(e.instances) == 1 else f"{e.name}#{i}"}  # fmt: skip
+                rows.append({**row, **remote.get(id(inst), {"where": "local", "state": "alive"})})
+        return rows
 
     def queue_depths(self) -> dict[str, int]:
         return {s.name: s.queue_length for e in self._entries.values() for s in e.schedulers}

@@ -354,7 +354,8 @@ def main(argv: list[str] | None = None) -> int:
             print("# policies side by side: mean / p99 s, optimized then module by module")
             print_table(*policy_table(by_policy))
         same, total = answers_equal_across(by_policy)
-        print(f"# answers equal across every run, load and mode: {same}/{total} questions")
+        what = "LLM setup" if args.ray else "policy"
+        print(f"# answers equal across every {what}, load and mode: {same}/{total} questions")
         write_policies_json(written[0], {**meta, "runs": metas}, by_policy)
         plot_policies(written[1], by_policy, title)
     for policy, log_ in steps.items():

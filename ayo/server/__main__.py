@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import logging
 import os
 import sys
@@ -49,9 +50,23 @@ def build_parser() -> argparse.ArgumentParser:
     a("--log-level", help="DEBUG, INFO (default), WARNING or ERROR")
     a("--no-profile-engines", dest="profile_engines", action="store_false", default=None,
       help="at a first start, skip measuring the engines (the plans then use the constants)")  # fmt: skip
+    a("--ray-address", help="a Ray cluster to join (HOST:6379, from `ray start --head`), for "
+      "engines that --placement puts on its nodes")  # fmt: skip
+    a("--placement", type=_json_object, help="JSON: where the apps' engines run, e.g. "
+      "'{\"llm\": [\"local\", {\"resources\": {\"worker\": 0.5}}]}' (see README)")  # fmt: skip
     a("--no-gc-tuning", dest="gc_tuning", action="store_false", default=None,
       help="keep CPython's GC defaults (default: freeze the startup heap, fewer young GCs)")  # fmt: skip
     return p
+
+
+def _json_object(text: str) -> dict:
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise argparse.ArgumentTypeError(f"not valid JSON: {exc}") from None
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError("must be a JSON object")
+    return value
 
 
 def load_config(args: argparse.Namespace) -> ServerConfig:

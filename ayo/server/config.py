@@ -11,6 +11,7 @@ from typing import Any
 from ayo.ingest import default_data_dir
 
 LOOPBACK_NAMES = frozenset({"localhost", "ip6-localhost"})
+PLACEABLE = ("llm", "embedder", "reranker")
 
 
 def is_loopback(host: str) -> bool:
@@ -54,6 +55,15 @@ class ServerConfig:
             directory for this CPU, model, dtype and thread count), measure the engines (a few
             seconds, logged) and store their profile; later starts load it. The plans and the
             critical-path policy read it (False: a stored profile if any, else the constants).
+        ray_address: a Ray cluster to join (``HOST:6379``, as ``ray start --head`` printed);
+            needed when ``placement`` puts an engine on a Ray node. A loopback address is
+            joined with the loopback-only start-up (``ayo.cluster``).
+        placement: where the apps' engines run, by engine name (``llm``, which the judge
+            shares, ``embedder``, ``reranker``): ``"local"``, an object ``{"resources":
+            {"gpu_node": 0.5}, "num_cpus": 4, "max_restarts": 1}`` for a Ray actor on the node
+            holding those resources, or a list of these (replicas behind one scheduler). The
+            local LLM and embedder are loaded either way: the OpenAI endpoints, ingest and the
+            plans' tokenizer use them. The indexes stay with the data directory.
         gc_tuning: once loaded, freeze the startup heap and raise the young-generation GC
             threshold (:func:`ayo.scheduler.runtime.serving_gc.configure_gc_for_serving`): halves the
             runtime's per-primitive cost under load; False keeps CPython's defaults.
@@ -77,6 +87,8 @@ class ServerConfig:
     shutdown_timeout_s: float = 10.0
     log_level: str = "INFO"
     profile_engines: bool = True
+    ray_address: str | None = None
+    placement: dict[str, Any] | None = None
     gc_tuning: bool = True
 
     def __post_init__(self) -> None:
@@ -105,6 +117,34 @@ class ServerConfig:
             raise ValueError("collection must be a non-empty name")
         if self.dtype not in ("auto", "float32", "bfloat16"):
             raise ValueError(f"dtype must be auto, float32 or bfloat16, got {self.dtype!r}")
+        if self.placement:
+            self.placements()  # raises on a fault, naming it
+            if self.remote_placed and not self.ray_address:
+                raise ValueError(
+                    "placement puts engines on Ray nodes: give ray_address, the cluster's head "
+                    "(HOST:6379, as `ray start --head` printed it)"
+                )
+
+    def placements(self) -> dict[str, list[Any]]:
+        """``placement`` parsed: engine name -> its instances' :class:`ayo.cluster.Placement`."""
+        from ayo.cluster import Placement
+
+        unknown = sorted(set(self.placement or {}) - set(PLACEABLE))
+        if unknown:
+            raise ValueError(
+                f"placement: unknown engines {unknown}; placeable: {list(PLACEABLE)} (the "
+                "indexes stay with the data directory the server ingests into)"
+            )
+        out = {name: Placement.parse(name, v) for name, v in (self.placement or {}).items()}
+        for name, ps in out.items():
+            if sum(p.local for p in ps) > 1:
+                raise ValueError(f"placement of {name!r}: the server has one local instance")
+        return out
+
+    @property
+    def remote_placed(self) -> bool:
+        """Whether some engine instance runs in a Ray actor."""
+        return any(not p.local for ps in self.placements().values() for p in ps)
 
     @property
     def max_body_bytes(self) -> int:
@@ -159,6 +199,7 @@ class ServerConfig:
                         and not isinstance(value, bool)
                         and "float" in kind
                     )
+                    or (isinstance(value, dict) and "dict" in kind)
                 )
                 if not ok:
                     raise ValueError(f"option {f.name!r} must be of type {kind}, got {value!r}")

@@ -79,6 +79,9 @@ def make_state(config: ServerConfig, llm: Any, embedder: Any, store: Any) -> Ser
         "keyword": StoreKeywordIndex(store, config.collection),
         "reranker": RerankerAdapter(Reranker.from_model(embedder=embedder)),
     }
+    for name, instances in placed_engines(config, engines).items():
+        engines[name] = instances
+    engines["judge"] = engines["llm"]  # the judge shares the LLM, wherever it runs
     for name, engine in engines.items():
         app.add_engine(name, engine)
     from ayo.engines.llm.loader import resolve_model_path
@@ -113,9 +116,36 @@ def make_state(config: ServerConfig, llm: Any, embedder: Any, store: Any) -> Ser
     )
 
 
+def placed_engines(config: ServerConfig, local: dict[str, Any]) -> dict[str, list[Any]]:
+    """The instances ``config.placement`` asks for, by engine name: the already loaded local
+    engine for ``"local"``, a :class:`~ayo.remote.RemoteEngine` for a Ray node (built there
+    by the same model options as the local one)."""
+    import functools
+
+    from ayo.adapters import default_embedder, default_llm, default_reranker
+    from ayo.cluster import place
+
+    factories = {
+        "llm": functools.partial(default_llm, config.model, dtype=config.dtype),
+        "embedder": functools.partial(default_embedder, model=config.embedder),
+        "reranker": functools.partial(default_reranker, embedder=config.embedder),
+    }
+    out = {}
+    for name, placements in config.placements().items():
+        out[name] = place(name, factories[name], placements, name, local=local[name])
+    return out
+
+
 async def build_state(config: ServerConfig, **llm_options: Any) -> ServerState:
-    """Load everything in a thread (the loop stays live), build the runtime and start it."""
+    """Load everything in a thread (the loop stays live), join the Ray cluster if the placement
+    asks for one, build the runtime and start it (a remote engine loads on its node)."""
     llm, embedder, store = await asyncio.to_thread(build_engines, config, **llm_options)
+    if config.remote_placed:
+        from ayo.cluster import connect
+
+        connect(config.ray_address)
+        log.info("joined the Ray cluster at %s; placement %s", config.ray_address,
+                 {k: [p.to_json() for p in v] for k, v in config.placements().items()})  # fmt: skip
     state = make_state(config, llm, embedder, store)
     await state.app.start()
     log.info(
@@ -233,6 +263,10 @@ async def close_state(state: ServerState) -> None:
     try:
         await state.app.close()
     finally:
+        if state.config.remote_placed:
+            from ayo.remote import _ray
+
+            _ray().shutdown()  # leaves the cluster; its nodes keep running
         await asyncio.to_thread(state.store.close)
         await asyncio.to_thread(state.embedder.close)
         log.info("closed the engines; the data directory %s is flushed", state.config.data_path)

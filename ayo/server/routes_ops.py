@@ -34,6 +34,7 @@ class EngineCollector(Collector):
         )
         embedded.add_metric([], state.embedded_at_startup)
         yield embedded
+        yield from _instance_metrics(state.instances)
         if state.llm is None:
             return
         s = state.llm.stats()
@@ -64,6 +65,27 @@ class EngineCollector(Collector):
         yield pre
 
 
+def _instance_metrics(rows: list[dict]) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
+    """Each engine instance (local or in a Ray actor) from the last ping (``/metrics`` pings
+    before it collects): up or not, and for remote ones the restarts seen and failed calls."""
+    labels = ["engine", "instance", "where", "node"]
+    up = GaugeMetricFamily("ayo_engine_instance_up", "1 if the engine instance answers "
+                           "(remote: its Ray actor answered a ping)", labels=labels)  # fmt: skip
+    restarts = CounterMetricFamily("ayo_remote_engine_restarts", "Restarts of a remote engine's "
+                                   "actor seen (a new process answering)", labels=labels)  # fmt: skip
+    failed = CounterMetricFamily("ayo_remote_engine_failed_calls", "Calls failed because a "
+                                 "remote engine's actor failed or died", labels=labels)  # fmt: skip
+    for row in rows:
+        key = [row["engine"], row["instance"], row["where"], row.get("node", "")]
+        up.add_metric(key, float(row["state"] == "alive"))
+        if row["where"] == "remote":
+            restarts.add_metric(key, row["restarts"])
+            failed.add_metric(key, row["failures"])
+    yield up
+    yield restarts
+    yield failed
+
+
 def _gauge(name: str, doc: str, value: float) -> GaugeMetricFamily:
     g = GaugeMetricFamily(name, doc)
     g.add_metric([], value)
@@ -71,11 +93,17 @@ def _gauge(name: str, doc: str, value: float) -> GaugeMetricFamily:
 
 
 async def health(request: web.Request) -> web.Response:
-    """Liveness and what is loaded (open without an API key: says nothing secret)."""
+    """Liveness, what is loaded and where each engine instance runs (open without an API key:
+    says nothing secret). ``status`` is ``degraded`` while a remote instance does not answer
+    (the queries placed on it fail; the others are served)."""
     state = request.app[STATE]
+    state.instances = await state.app.engines.health(timeout_s=2.0)
+    down = [r["instance"] for r in state.instances if r["state"] != "alive"]
     return web.json_response(
         {
-            "status": "ok",
+            "status": "degraded" if down else "ok",
+            "engines_down": down,
+            "engines": state.instances,
             "uptime_s": round(time.time() - state.started_at, 3),
             "models": state.model_ids,
             "apps": state.app_names,
@@ -88,6 +116,7 @@ async def health(request: web.Request) -> web.Response:
 
 async def metrics(request: web.Request) -> web.Response:
     state = request.app[STATE]
+    state.instances = await state.app.engines.health(timeout_s=1.0)
     body = state.app.metrics.exposition()
     return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 

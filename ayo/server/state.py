@@ -63,6 +63,8 @@ class ServerState:
         handlers: the tasks serving requests now (shutdown waits for them, then cancels them).
         embedded_at_startup: corpus documents embedded while starting (0 on a warm restart).
         loaded: what was loaded, for logs and ``/health`` (model ids, dtype, paths).
+        instances: every engine instance and its state at the last ``/health`` or
+            ``/metrics`` (``EngineSet.health``).
     """
 
     app: Any
@@ -78,6 +80,7 @@ class ServerState:
     handlers: set[asyncio.Task] = field(default_factory=set)
     embedded_at_startup: int = 0
     loaded: dict[str, Any] = field(default_factory=dict)
+    instances: list[dict[str, Any]] = field(default_factory=list)
     started_at: float = field(default_factory=time.time)
 
     @property

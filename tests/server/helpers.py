@@ -54,7 +54,8 @@ async def error_of(response: aiohttp.ClientResponse) -> dict[str, str]:
 class ServerProcess:
     """``python -m ayo.server --port 0`` in a subprocess (the log names the port); its log lines
     are collected. ``cwd`` is the working directory it starts in (the default: this process's);
-    ``profile``: let a first start measure the engines (off unless a test checks it)."""
+    ``profile``: let a first start measure the engines (off unless a test checks it);
+    ``prefix``: a command the server runs under (``strace -f ...``)."""
 
     def __init__(
         self,
@@ -63,7 +64,9 @@ class ServerProcess:
         cwd: Path | None = None,
         args: tuple = (),
         profile: bool = False,
+        prefix: tuple[str, ...] = (),
     ) -> None:
+        self.prefix = prefix
         self.data_dir = data_dir
         self.corpus_limit = corpus_limit
         self.cwd = cwd
@@ -72,13 +75,13 @@ class ServerProcess:
         self.url = ""
         self.lines: list[str] = []
 
-    async def start(self) -> None:
+    async def start(self, timeout: float = 120) -> None:
         self.proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "ayo.server", "--port", "0",
+            *self.prefix, sys.executable, "-m", "ayo.server", "--port", "0",
             "--data-dir", str(self.data_dir), "--corpus", "wiki", "--corpus-limit", str(self.corpus_limit), *self.args,
             cwd=self.cwd, stderr=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.DEVNULL,
         )  # fmt: skip
-        await asyncio.wait_for(self._read_until("listening on"), timeout=120)
+        await asyncio.wait_for(self._read_until("listening on"), timeout=timeout)
         self.url = re.search(r"listening on (http://127\.0\.0\.1:\d+)", self.lines[-1]).group(1)
         self.drain = asyncio.ensure_future(self._read_until(None))
 
