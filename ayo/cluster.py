@@ -11,11 +11,11 @@ and in the server's ``--config`` file, with the cluster's address::
     {"ray_address": "10.0.0.1:6379",
      "placement": {"llm": ["local", {"resources": {"gpu_node": 0.5}, "num_cpus": 4}]}}
 
-A one-machine cluster that talks only over 127.0.0.1 (trials, tests)::
+A one-machine cluster that talks only over 127.0.0.1 (trials, tests), each node in the
+foreground until Ctrl-C::
 
-    python -m ayo.cluster start --head --port 6379
-    python -m ayo.cluster start --address 127.0.0.1:6379 --num-cpus 2 --resources '{"worker": 1}'
-    python -m ayo.cluster stop
+    python -m ayo.cluster head --port 6379 --num-cpus 0
+    python -m ayo.cluster worker --address 127.0.0.1:6379 --num-cpus 2 --resources '{"worker": 1}'
 """
 
 from __future__ import annotations
@@ -24,8 +24,6 @@ import argparse
 import ipaddress
 import json
 import logging
-import os
-import subprocess
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -157,47 +155,95 @@ def connect(address: str) -> Any:
     return ray.init(address=address, log_to_driver=False)
 
 
-def _ray_cli(args: Sequence[str], env: Mapping[str, str] | None = None) -> int:
-    cmd = [sys.executable, "-m", "ray.scripts.scripts", *args]
-    return subprocess.call(cmd, env={**os.environ, **(env or {})})
+def run_node(
+    address: str | None = None,
+    port: int = 6379,
+    num_cpus: int | None = None,
+    resources: Mapping[str, float] | None = None,
+    object_store_mb: int = 200,
+    ready: Callable[[str], None] = lambda _: None,
+) -> None:
+    """A node of a one-machine cluster on 127.0.0.1, in the foreground until SIGTERM or
+    Ctrl-C (which stop its processes): the head on ``port`` (``address`` None), else a worker
+    joining the head at ``address``. ``ready`` gets the head's address once the node is up.
 
+    Started as ``ray.cluster_utils`` starts nodes (Ray's ``Node``), under
+    :func:`ayo.remote.loopback_environment`: Ray's CLI cannot run a worker over loopback (``ray
+    start --address`` refuses without ``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=1``, and with it,
+    resolves 127.0.0.1 to the machine's address by a UDP connect to 8.8.8.8)."""
+    import signal
+    import threading
 
-def start(argv: Sequence[str]) -> int:
-    """``ray start`` for a node of a one-machine cluster on 127.0.0.1: the loopback-only
-    environment, node address 127.0.0.1, no dashboard; other flags pass through."""
-    from ayo.remote import LOOPBACK, loopback_environment
+    from ray._private.node import Node
+    from ray._private.parameter import RayParams
 
-    extra = ["--node-ip-address", LOOPBACK, "--disable-usage-stats"]
-    if "--head" in argv:
-        extra += ["--include-dashboard", "false"]
-    with loopback_environment() as env:  # the node's processes keep this environment
-        return _ray_cli(["start", *extra, "--temp-dir", env["RAY_TMPDIR"], *argv], env)
+    from ayo.remote import LOOPBACK, _ray, loopback_environment
+
+    _ray()  # a clear error without the extra
+    stop = threading.Event()
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    with loopback_environment() as env:
+        params = {"node_ip_address": LOOPBACK, "num_cpus": num_cpus, "num_gpus": 0,
+                  "resources": dict(resources or {}), "temp_dir": env["RAY_TMPDIR"],
+                  "object_store_memory": object_store_mb * 2**20, "min_worker_port": 0,
+                  "max_worker_port": 0}  # fmt: skip
+        if address is None:
+            params.update(gcs_server_port=port, include_dashboard=False)
+        else:  # as cluster_utils adds a node beside the head: its own ports, no log monitor
+            params.update(gcs_address=address, include_log_monitor=False, node_manager_port=0,
+                          dashboard_agent_listen_port=None)  # fmt: skip
+        node = Node(RayParams(**params), head=address is None, shutdown_at_exit=True,
+                    spawn_reaper=True)  # fmt: skip
+        ready(node.gcs_address)
+        stop.wait()  # SIGTERM: Ray's own handler stops the node's processes and exits
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(
         prog="python -m ayo.cluster",
-        description="Start or stop the nodes of a Ray cluster on this machine that talks only "
-        "over 127.0.0.1 (a cluster across machines: plain `ray start`, see README).",
+        description="Run a node of a Ray cluster on this machine that talks only over "
+        "127.0.0.1, in the foreground (Ctrl-C or SIGTERM stops it). Across machines use "
+        "Ray's own `ray start` (see README).",
     )
-    sub = p.add_subparsers(dest="command", required=True)
-    s = sub.add_parser("start", help="ray start for a loopback node; flags pass through "
-                       "(--head --port 6379, or --address 127.0.0.1:6379 --resources JSON)")  # fmt: skip
-    s.add_argument("ray_args", nargs=argparse.REMAINDER)
-    sub.add_parser("stop", help="ray stop: every Ray node process of this machine")
-    args, rest = p.parse_known_args(argv)
-    if args.command == "stop":
-        return _ray_cli(["stop"])
-    ray_args = [*rest, *args.ray_args]
-    if "--head" not in ray_args and "--address" not in ray_args:
-        p.error("start: give --head, or --address HEAD (e.g. 127.0.0.1:6379) for a worker")
-    if "--resources" in ray_args:
-        value = ray_args[ray_args.index("--resources") + 1 :][:1]
-        try:
-            json.loads(value[0] if value else "")
-        except json.JSONDecodeError:
-            p.error(f"--resources must be a JSON object, e.g. '{{\"worker\": 1}}', got {value}")
-    return start(ray_args)
+    sub = p.add_subparsers(dest="role", required=True)
+    head = sub.add_parser("head", help="the head node (its address: 127.0.0.1:PORT)")
+    head.add_argument("--port", type=int, default=6379, help="the head's port (default 6379)")
+    worker = sub.add_parser("worker", help="a worker node joining a head")
+    worker.add_argument("--address", required=True, help="the head's address, 127.0.0.1:PORT")
+    for node in (head, worker):
+        node.add_argument("--num-cpus", type=int, default=None,
+                          help="CPUs the node offers to actors (default: all cores)")  # fmt: skip
+        node.add_argument("--resources", type=_resources, default={},
+                          help="custom resources as JSON, e.g. '{\"worker\": 1}'")  # fmt: skip
+        node.add_argument("--object-store-mb", type=int, default=200)
+    args = p.parse_args(argv)
+    if args.role == "worker" and not is_loopback_address(args.address):
+        p.error(f"--address {args.address}: this command runs loopback clusters; join a "
+                "cluster across machines with `ray start --address`")  # fmt: skip
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    role = "head" if args.role == "head" else "worker"
+    run_node(
+        None if role == "head" else args.address,
+        getattr(args, "port", 6379),
+        args.num_cpus,
+        args.resources,
+        args.object_store_mb,
+        lambda gcs: log.info(
+            "ray %s node up; the cluster's address: %s (Ctrl-C stops it)", role, gcs
+        ),
+    )
+    return 0
+
+
+def _resources(text: str) -> dict[str, float]:
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise argparse.ArgumentTypeError(f"not valid JSON: {exc}") from None
+    if not isinstance(value, dict) or not all(_number(v) and v > 0 for v in value.values()):
+        raise argparse.ArgumentTypeError('must be a JSON object of positive amounts, e.g. '
+                                         '\'{"worker": 1}\'')  # fmt: skip
+    return value
 
 
 if __name__ == "__main__":

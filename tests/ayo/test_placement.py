@@ -93,11 +93,13 @@ def test_loopback_addresses():
     assert not is_loopback_address("10.0.0.1:6379")
 
 
-def test_cluster_cli_needs_a_role():
-    out = subprocess.run([sys.executable, "-m", "ayo.cluster", "start", "--port", "6379"],
-                         capture_output=True, text=True, timeout=60)  # fmt: skip
-    assert out.returncode == 2 and "give --head, or --address" in out.stderr
-    out = subprocess.run([sys.executable, "-m", "ayo.cluster", "start", "--address", "127.0.0.1:1",
-                          "--resources", "{worker: 1}"], capture_output=True, text=True,
-                         timeout=60)  # fmt: skip
-    assert out.returncode == 2 and "--resources must be a JSON object" in out.stderr
+def test_cluster_cli_checks_its_arguments():
+    for args, needle in (
+        (["worker", "--address", "10.0.0.1:6379"], "runs loopback clusters"),
+        (["worker", "--address", "127.0.0.1:1", "--resources", "{worker: 1}"], "not valid JSON"),
+        (["head", "--resources", '{"worker": 0}'], "positive amounts"),
+        (["start", "--head"], "invalid choice: 'start'"),
+    ):
+        out = subprocess.run([sys.executable, "-m", "ayo.cluster", *args], capture_output=True,
+                             text=True, timeout=60)  # fmt: skip
+        assert out.returncode == 2 and needle in out.stderr, (args, out.stderr)

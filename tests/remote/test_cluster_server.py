@@ -1,5 +1,5 @@
-"""The server on a Ray cluster started as the README says (``python -m ayo.cluster start``: a
-head and a worker node, both on 127.0.0.1), its engines placed by its ``--config``: queries
+"""The server on a Ray cluster started as the README says (``python -m ayo.cluster head`` and
+``worker``: two nodes, both on 127.0.0.1), its engines placed by its ``--config``: queries
 answered with the LLM replicated on the worker and the embedder only there; ``/health`` and
 ``/metrics`` show the remote instances; a killed actor shows as down, is restarted by Ray and
 serves again; under ``strace`` no process connects beyond loopback."""
@@ -39,6 +39,11 @@ pytestmark = [
 STRACE = shutil.which("strace") is not None
 
 
+def _strace(out: Path) -> tuple[str, ...]:
+    """Every connect of a process and its children, into ``out`` (seccomp: only those stop)."""
+    return ("strace", "-f", "--seccomp-bpf", "-e", "trace=connect", "-o", str(out))
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -46,14 +51,14 @@ def _free_port() -> int:
 
 
 class Node:
-    """``python -m ayo.cluster start ... --block`` in its own session (so the whole node, and
-    strace around it, stops with one signal to the group)."""
+    """``python -m ayo.cluster head|worker ...`` in its own session (so the node's processes,
+    and strace around them, stop with one signal to the group)."""
 
     def __init__(self, args: list[str], workdir: Path, name: str) -> None:
-        cmd = [sys.executable, "-m", "ayo.cluster", "start", *args, "--block"]
+        cmd = [sys.executable, "-m", "ayo.cluster", *args]
         self.trace = workdir / f"strace-{name}.txt"
         if STRACE:
-            cmd = ["strace", "-f", "-e", "trace=connect", "-o", str(self.trace), *cmd]
+            cmd = [*_strace(self.trace), *cmd]
         self.log = workdir / f"{name}.log"
         with self.log.open("w") as out:
             self.proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT,
@@ -81,10 +86,10 @@ def _wait_for_port(port: int, node: Node, timeout: float = 60) -> None:
 @pytest.fixture
 def cluster(tmp_path):
     port = _free_port()
-    nodes = [Node(["--head", "--port", str(port), "--num-cpus", "0"], tmp_path, "head")]
+    nodes = [Node(["head", "--port", str(port), "--num-cpus", "0"], tmp_path, "head")]
     try:
         _wait_for_port(port, nodes[0])
-        nodes.append(Node(["--address", f"127.0.0.1:{port}", "--num-cpus", "2",
+        nodes.append(Node(["worker", "--address", f"127.0.0.1:{port}", "--num-cpus", "2",
                            "--resources", '{"worker": 1}'], tmp_path, "worker"))  # fmt: skip
         yield f"127.0.0.1:{port}", nodes
     finally:
@@ -121,10 +126,10 @@ async def test_server_places_engines_on_a_worker_node_and_survives_a_killed_acto
             "embedder": {"resources": {"worker": 0.2}, "num_cpus": 0},
         },
     }))  # fmt: skip
-    prefix = ("strace", "-f", "-e", "trace=connect", "-o", str(tmp_path / "strace-server.txt"))
+    prefix = _strace(tmp_path / "strace-server.txt")
     server = ServerProcess(tmp_path / "data", corpus_limit=24, args=("--config", str(config)),
                            prefix=prefix if STRACE else ())  # fmt: skip
-    await server.start(timeout=300)
+    await server.start(timeout=240)
     try:
         async with AsyncClient(server.url) as client:
             remote = await _remote_rows(client)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
 import re
 import signal
 import sys
@@ -81,7 +82,12 @@ class ServerProcess:
             "--data-dir", str(self.data_dir), "--corpus", "wiki", "--corpus-limit", str(self.corpus_limit), *self.args,
             cwd=self.cwd, stderr=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.DEVNULL,
         )  # fmt: skip
-        await asyncio.wait_for(self._read_until("listening on"), timeout=timeout)
+        try:
+            await asyncio.wait_for(self._read_until("listening on"), timeout=timeout)
+        except asyncio.TimeoutError:
+            self.kill()
+            raise AssertionError(f"the server did not listen within {timeout:g} s:\n"
+                                 + "\n".join(self.lines[-40:])) from None  # fmt: skip
         self.url = re.search(r"listening on (http://127\.0\.0\.1:\d+)", self.lines[-1]).group(1)
         self.drain = asyncio.ensure_future(self._read_until(None))
 
@@ -95,8 +101,13 @@ class ServerProcess:
             raise AssertionError("server exited before listening:\n" + "\n".join(self.lines))
 
     async def stop(self, timeout: float = 60) -> int:
-        """SIGTERM, then the exit code (``asyncio.TimeoutError`` after ``timeout`` seconds)."""
-        self.proc.send_signal(signal.SIGTERM)
+        """SIGTERM, then the exit code (``asyncio.TimeoutError`` after ``timeout`` seconds).
+        Under a ``prefix`` the signal goes to the server, the prefix's child (strace exits
+        with its tracee's code)."""
+        pid = self.proc.pid
+        if self.prefix:
+            pid = int(Path(f"/proc/{pid}/task/{pid}/children").read_text().split()[0])
+        os.kill(pid, signal.SIGTERM)
         code = await asyncio.wait_for(self.proc.wait(), timeout=timeout)
         await self.drain
         return code
