@@ -233,10 +233,15 @@ class EngineSet:
         return list(seen.values())
 
     async def start_instances(self) -> None:
-        """Await ``start()`` of every engine instance that has one (worker threads), once each."""
-        for inst in self._distinct_instances():
-            if callable(getattr(inst, "start", None)):
-                await inst.start()
+        """Await ``start()`` of every engine instance that has one (worker threads, remote
+        actors), once each, all at once: remote actors start and load their models together.
+        The first failure is raised once every start has ended."""
+        starts = [
+            i.start() for i in self._distinct_instances() if callable(getattr(i, "start", None))
+        ]
+        for result in await asyncio.gather(*starts, return_exceptions=True):
+            if isinstance(result, BaseException):
+                raise result
 
     async def stop_instances(self) -> None:
         for inst in reversed(self._distinct_instances()):

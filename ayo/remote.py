@@ -153,9 +153,6 @@ class EngineHost:
         """Where this actor runs (node, process) and whether its engine has started."""
         return {"node": await self.node(), "pid": self.pid, "started": self._started}
 
-    async def _info(self) -> dict[str, Any]:
-        return await self.actor.info.remote()
-
     async def apply(self, fn: Callable[..., Any], *args: Any) -> Any:
         """``fn(engine, *args)`` here, next to the engine (operations the protocols lack)."""
         result = fn(await self._ready(), *args)
@@ -180,11 +177,6 @@ class EngineHost:
         async with contextlib.aclosing(stream) as pieces:
             async for piece in pieces:
                 yield piece
-
-    async def set_step_order(self, order: Any) -> None:
-        engine = await self._ready()
-        if hasattr(engine, "set_step_order"):
-            engine.set_step_order(order)
 
     async def tokenizer(self) -> tuple[bool, Any]:
         """The LLM's tokenizer for the driver's plans (picklable): (True, the Hugging Face

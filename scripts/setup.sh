@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Create (or update) the project's virtual environment in .venv for a CPU machine.
 #   scripts/setup.sh            runtime + CPU extras
-#   scripts/setup.sh test       also the test tools
+#   scripts/setup.sh test       also the test tools and the ray extra (its tests run in CI)
 # torch==2.13.0 is installed first, explicitly: on these machines it is a local CPU wheel,
 # while an unpinned torch resolves to a ~5.5 GB CUDA build. Every other version comes from
 # constraints.txt, the set CI tested (scripts/lock.sh re-resolves it). Idempotent: a second run
@@ -9,7 +9,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 extras="cpu"
-[ "${1:-}" = "test" ] && extras="cpu,test"
+[ "${1:-}" = "test" ] && extras="cpu,test,ray"
 py="${PYTHON:-python3}"
 [ -x .venv/bin/python ] || "$py" -m venv .venv
 pip=(.venv/bin/python -m pip --disable-pip-version-check -q)

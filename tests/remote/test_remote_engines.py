@@ -86,7 +86,9 @@ async def test_a_local_and_a_remote_replica_share_one_embedder_scheduler(cluster
 
 async def test_a_killed_actor_fails_only_its_queries_and_the_next_one_succeeds(cluster):
     """The query whose embedding was in flight on the actor fails with an error naming the
-    engine and its node; Ray restarts the actor and the next query succeeds."""
+    engine and its node; a query in flight at the same time that needs no embedding (search_gen:
+    keyword search and the LLMs, in process) is answered; Ray restarts the actor and the next
+    query succeeds."""
     import asyncio
 
     import ray
@@ -96,19 +98,23 @@ async def test_a_killed_actor_fails_only_its_queries_and_the_next_one_succeeds(c
     slow = RemoteEngine(functools.partial(fake_engine, "embedder", 1.0), "embedder",
                         resources=WORKER, num_cpus=0)  # fmt: skip
     app = App()
-    for name, engine in fake_engines().items():
+    for name, engine in fake_engines(delay_s=0.2).items():
         app.add_engine(name, slow if name == "embedder" else engine)
     inputs = {"question": "why do rivers flow"}
     async with app:
         want = await app.run("naive_rag", inputs)
+        want_other = await app.run("search_gen", inputs)
         in_flight = asyncio.ensure_future(app.run("naive_rag", inputs))
-        await asyncio.sleep(0.5)  # its embedding is running on the actor
+        other = asyncio.ensure_future(app.run("search_gen", inputs))
+        await asyncio.sleep(0.5)  # the embedding is running on the actor
+        assert not in_flight.done() and not other.done()
         ray.kill(slow.actor, no_restart=False)  # Ray restarts it (max_restarts=1)
         with pytest.raises(ExecutionError) as failed:
             await in_flight
         cause = failed.value.__cause__
         assert isinstance(cause, RemoteEngineError), cause
         assert "remote embedder engine on node " + slow.node_id in str(cause)
+        assert (await other).outputs == want_other.outputs  # no state on it: unaffected
         again = await app.run("naive_rag", inputs)  # waits for the restart
     assert again.outputs == want.outputs
 
