@@ -43,7 +43,7 @@ from ayo.scheduler.batching.policies import POLICIES
 
 from .common import machine, print_table, setup_benchmark_logging
 from .e2e_core import MODES, Plan, SettingResult, run_all
-from .e2e_ray import SETUPS, remote_call_overhead, replica_table, start_cluster
+from .e2e_ray import SETUPS, remote_call_overhead, start_cluster
 from .e2e_report import (
     HEADERS,
     answers_equal_across,
@@ -345,7 +345,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.ray:
             print("# LLM setups side by side: mean / p99 s and throughput q/s, optimized then "
                   "module by module")  # fmt: skip
-            print_table(*replica_table(by_policy))
+            print_table(*policy_table(by_policy, throughput=True))
             for label in by_policy:
                 served = {k: v["items"] for k, v in metas[label]["engine_stats"].items()
                           if k.split("#")[0] in ("llm", "judge")}  # fmt: skip

@@ -14,8 +14,6 @@ import argparse
 import functools
 from typing import Any
 
-from .e2e_core import MODES, SettingResult
-
 SETUPS = (("1 local LLM", 0), ("1 local + 1 remote LLM", 1))
 WORKER = {"worker": 1}  # the second node's resource; each actor takes a fraction of it
 
@@ -61,29 +59,6 @@ def reset_all(instances: list[Any]) -> Any:
                 clear_prefix_cache(inst)
 
     return reset
-
-
-def replica_table(by_setup: dict[str, list[SettingResult]]) -> tuple[list[str], list[list]]:
-    """Per app and load, each setup's mean / p99 seconds and throughput (queries/s), optimized
-    plans then module by module."""
-    setups = list(by_setup)
-    headers = ["app", "load"]
-    for mode in ("opt", "mbm"):
-        headers += [f"{s} {mode}: mean / p99 s, q/s" for s in setups]
-    headers.append("equal answers")
-    per_app = {s: [x for r in by_setup[s] for x in r.per_app()] for s in setups}
-    rows: list[list] = []
-    for i, ref in enumerate(per_app[setups[0]]):
-        cells = [per_app[s][i] for s in setups]
-        row: list = [ref.app, ref.load.split(" (")[0]]
-        for mode in MODES:
-            for c in cells:
-                run = c.runs[mode]
-                row.append(f"{run.mean_ms / 1e3:.2f} / {run.p99_ms / 1e3:.2f}, "
-                           f"{run.throughput_qps:.3f}")  # fmt: skip
-        row.append(", ".join(f"{c.equal_answers}/{c.runs[MODES[0]].n}" for c in cells))
-        rows.append(row)
-    return headers, rows
 
 
 async def remote_call_overhead(calls: int = 300) -> list[list[object]]:

@@ -114,11 +114,15 @@ def write_gantts(out: Path, results: list[SettingResult], app: str = "advanced_r
     return written
 
 
-def policy_table(by_policy: dict[str, list[SettingResult]]) -> tuple[list[str], list[list]]:
-    """Headers and rows: per app and load, each policy's mean / p99 seconds, optimized then
-    module by module, and the answers equal between the two modes."""
+def policy_table(
+    by_policy: dict[str, list[SettingResult]], throughput: bool = False
+) -> tuple[list[str], list[list]]:
+    """Headers and rows: per app and load, each policy's (or setup's) mean / p99 seconds, and
+    with ``throughput`` its queries/s, optimized then module by module, and the answers equal
+    between the two modes."""
     policies = list(by_policy)
-    headers = ["app", "load"] + [f"{p} opt" for p in policies] + [f"{p} mbm" for p in policies]
+    unit = ": mean / p99 s, q/s" if throughput else ""
+    headers = ["app", "load"] + [f"{p} {m}{unit}" for m in ("opt", "mbm") for p in policies]
     headers.append("equal answers")
     per_app = {p: [x for r in by_policy[p] for x in r.per_app()] for p in policies}
     rows: list[list] = []
@@ -126,8 +130,10 @@ def policy_table(by_policy: dict[str, list[SettingResult]]) -> tuple[list[str], 
         cells = [per_app[p][i] for p in policies]
         row: list = [ref.app, ref.load.split(" (")[0]]
         for mode in MODES:
-            row += [f"{c.runs[mode].mean_ms / 1e3:.2f} / {c.runs[mode].p99_ms / 1e3:.2f}"
-                    for c in cells]  # fmt: skip
+            for c in cells:
+                run = c.runs[mode]
+                cell = f"{run.mean_ms / 1e3:.2f} / {run.p99_ms / 1e3:.2f}"
+                row.append(f"{cell}, {run.throughput_qps:.3f}" if throughput else cell)
         row.append(", ".join(f"{c.equal_answers}/{c.runs[MODES[0]].n}" for c in cells))
         rows.append(row)
     return headers, rows

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import json
 import random
@@ -12,7 +13,7 @@ import pytest
 from ayo.app import App
 from benchmarks import e2e
 from benchmarks.e2e_core import MODES, Plan, percentile, poisson_arrivals, run_all
-from benchmarks.e2e_report import HEADERS, table_rows
+from benchmarks.e2e_report import HEADERS, policy_table, table_rows
 
 
 def test_percentile_matches_statistics_quantiles():
@@ -98,6 +99,24 @@ def test_cli_mix_of_four_apps_under_two_policies_on_fakes(tmp_path, capsys):
     fcfs, cp = (data["policies"][p] for p in ("fcfs", "critical_path"))
     assert [c["rate_qps"] for c in fcfs] == [c["rate_qps"] for c in cp]  # the same offered rates
     assert (tmp_path / "latency_vs_rate.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_policy_table_adds_throughput_for_the_ray_setups(tmp_path):
+    """The --ray table (one column per LLM setup, with throughput), from the same results the
+    policy table reads; --ray refuses what it cannot compare."""
+    plan = Plan(("naive_rag",), ("why do stars shine", "why do rivers flow"), (2.0,))
+    results = asyncio.run(_run_fake(plan))
+    headers, rows = policy_table({"1 local LLM": results, "1 local + 1 remote LLM": results},
+                                 throughput=True)  # fmt: skip
+    assert headers[2] == "1 local LLM opt: mean / p99 s, q/s"
+    assert len(rows) == 2 and all(cell.count(", ") == 1 for cell in rows[1][2:6]), rows
+    with pytest.raises(SystemExit):
+        e2e.parse_args(["--ray", "--engines", "fake"])
+
+
+async def _run_fake(plan: Plan) -> list:
+    async with App.fake(0.0) as app:
+        return await run_all(app, plan)
 
 
 def test_step_gantt_draws_the_llm_steps_of_a_run(tmp_path):
