@@ -21,12 +21,11 @@ foreground until Ctrl-C::
 from __future__ import annotations
 
 import argparse
-import ipaddress
 import json
 import logging
 import sys
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar
 
 log = logging.getLogger(__name__)
@@ -51,7 +50,6 @@ class Placement:
     max_restarts: int = 1
 
     LOCAL: ClassVar[Placement]
-    FIELDS: ClassVar[tuple[str, ...]] = ("resources", "num_cpus", "max_restarts")
 
     def __post_init__(self) -> None:
         if not isinstance(self.resources, Mapping) or not all(
@@ -69,6 +67,7 @@ class Placement:
     def parse(cls, engine: str, value: Any) -> list[Placement]:
         """An engine's placement from a config file: ``"local"``, an object with the fields
         above, or a list of those (replicas). ValueError names the engine and the fault."""
+        known = [f.name for f in fields(cls) if f.name != "local"]  # a config's keys
         entries = value if isinstance(value, list) else [value]
         if not entries:
             raise ValueError(f"placement of {engine!r}: give at least one instance")
@@ -77,17 +76,17 @@ class Placement:
             if entry == "local":
                 out.append(cls.LOCAL)
             elif isinstance(entry, dict):
-                unknown = sorted(set(entry) - set(cls.FIELDS))
+                unknown = sorted(set(entry) - set(known))
                 if unknown:
                     raise ValueError(f"placement of {engine!r}: unknown keys {unknown}; "
-                                     f"known: {list(cls.FIELDS)}")  # fmt: skip
+                                     f"known: {known}")  # fmt: skip
                 try:
                     out.append(cls(**entry))
                 except ValueError as exc:
                     raise ValueError(f"placement of {engine!r}: {exc}") from None
             else:
                 raise ValueError(f"placement of {engine!r}: each instance is \"local\" or an "
-                                 f"object with {list(cls.FIELDS)}, got {entry!r}")  # fmt: skip
+                                 f"object with {known}, got {entry!r}")  # fmt: skip
         return out
 
     def to_json(self) -> Any:
@@ -115,44 +114,54 @@ def place(
     one (or ``local``, an engine already built), a :class:`~ayo.remote.RemoteEngine` building
     ``factory()`` on its node for a remote one (``factory`` must then be picklable: a
     module-level function or a ``functools.partial`` of one)."""
-    from ayo.remote import KINDS, RemoteEngine
+    from ayo.engine_set import KINDS
+    from ayo.remote import RemoteEngine
 
     if kind not in KINDS:
         raise ValueError(f"engine {name!r}: a placed engine needs kind= one of {KINDS}")
     items = [placements] if isinstance(placements, Placement) else list(placements)
     if not items:
         raise ValueError(f"engine {name!r}: give at least one placement")
-    return [
-        (factory() if local is None else local) if p.local else RemoteEngine(factory, kind, resources=dict(p.resources),
-                                               num_cpus=p.num_cpus, max_restarts=p.max_restarts)
-        for p in items
-    ]  # fmt: skip
+    instances = []
+    for p in items:
+        if p.local:
+            instances.append(factory() if local is None else local)
+        else:
+            instances.append(RemoteEngine(factory, kind, resources=dict(p.resources),
+                                          num_cpus=p.num_cpus, max_restarts=p.max_restarts))  # fmt: skip
+    return instances
 
 
 def is_loopback_address(address: str) -> bool:
     """Whether a Ray address (``host:port``) is on this machine's loopback."""
-    host = address.rpartition(":")[0] or address
-    if host.lower() == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
+    from ayo.server.config import is_loopback
+
+    return is_loopback(address.rpartition(":")[0] or address)
 
 
 def connect(address: str) -> Any:
     """Join the Ray cluster at ``address`` as its driver (``ray.init``). A loopback address is
     joined under :func:`ayo.remote.loopback_environment` (node address 127.0.0.1, nothing
-    beyond it); another address by Ray's own discovery of this node's address."""
+    beyond it); another address by Ray's own discovery of this node's address. The caller's
+    SIGTERM handler stays (``ray.init`` replaces it with ``sys.exit``, which would skip a
+    server's drain)."""
+    import signal
+    import threading
+
     from ayo.remote import LOOPBACK, _ray, loopback_environment
 
     ray = _ray()
     if ray.is_initialized():
         return ray.get_runtime_context()
-    if is_loopback_address(address):
-        with loopback_environment():
-            return ray.init(address=address, _node_ip_address=LOOPBACK, log_to_driver=False)
-    return ray.init(address=address, log_to_driver=False)
+    sigterm = signal.getsignal(signal.SIGTERM)
+    try:
+        if is_loopback_address(address):
+            with loopback_environment():
+                return ray.init(address=address, _node_ip_address=LOOPBACK, log_to_driver=False)
+        return ray.init(address=address, log_to_driver=False)
+    finally:
+        if threading.current_thread() is threading.main_thread():  # where handlers are set
+            signal.signal(signal.SIGTERM, sigterm)
 
 
 def run_node(
@@ -221,7 +230,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         p.error(f"--address {args.address}: this command runs loopback clusters; join a "
                 "cluster across machines with `ray start --address`")  # fmt: skip
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
-    role = "head" if args.role == "head" else "worker"
+    role = args.role
     run_node(
         None if role == "head" else args.address,
         getattr(args, "port", 6379),
@@ -240,10 +249,11 @@ def _resources(text: str) -> dict[str, float]:
         value = json.loads(text)
     except json.JSONDecodeError as exc:
         raise argparse.ArgumentTypeError(f"not valid JSON: {exc}") from None
-    if not isinstance(value, dict) or not all(_number(v) and v > 0 for v in value.values()):
+    try:
+        return dict(Placement(resources=value).resources)  # its check, with its message
+    except ValueError:
         raise argparse.ArgumentTypeError('must be a JSON object of positive amounts, e.g. '
-                                         '\'{"worker": 1}\'')  # fmt: skip
-    return value
+                                         '\'{"worker": 1}\'') from None  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -34,9 +34,9 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-log = logging.getLogger(__name__)
+from ayo.engine_set import KINDS
 
-KINDS = ("llm", "embedder", "index", "keyword", "reranker")
+log = logging.getLogger(__name__)
 
 
 def _ray() -> Any:
@@ -146,12 +146,10 @@ class EngineHost:
             self._started = True
         return self.engine
 
-    async def node(self) -> str:
-        return _ray().get_runtime_context().get_node_id()
-
     async def info(self) -> dict[str, Any]:
         """Where this actor runs (node, process) and whether its engine has started."""
-        return {"node": await self.node(), "pid": self.pid, "started": self._started}
+        node = _ray().get_runtime_context().get_node_id()
+        return {"node": node, "pid": self.pid, "started": self._started}
 
     async def apply(self, fn: Callable[..., Any], *args: Any) -> Any:
         """``fn(engine, *args)`` here, next to the engine (operations the protocols lack)."""

@@ -34,16 +34,17 @@ import os
 import random
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from ayo.remote import RemoteEngine
 from ayo.scheduler.batching.policies import POLICIES
 
 from .common import machine, print_table, setup_benchmark_logging
 from .e2e_core import MODES, Plan, SettingResult, run_all
-from .e2e_ray import SETUPS, remote_call_overhead, start_cluster
+from .e2e_ray import SETUPS, clear_prefix_cache, start_cluster
 from .e2e_report import (
     HEADERS,
     answers_equal_across,
@@ -56,6 +57,7 @@ from .e2e_report import (
     write_policies_json,
     write_step_gantt,
 )
+from .remote import measure as remote_call_cost
 
 log = logging.getLogger("benchmarks.e2e")
 WARMUP_QUESTION = "What is a black hole?"
@@ -132,12 +134,19 @@ async def use_profiles(app: Any, args: argparse.Namespace) -> dict[str, Any]:
     return {name: str(p) for name, p in profiles.items()}
 
 
-def prefix_cache_reset(app: Any) -> Callable[[], Any]:
-    """Empties every LLM instance's prefix cache; called only while the engines are idle,
-    between queries (see e2e_core and ``e2e_ray.clear_prefix_cache``)."""
-    from .e2e_ray import reset_all
+def prefix_cache_reset(app: Any) -> Callable[[], Awaitable[None]]:
+    """An async reset that empties every LLM instance's prefix cache, a remote one's in its
+    actor; called only while the engines are idle, between queries (see e2e_core)."""
+    instances = app.engines.instances("llm")
 
-    return reset_all(app.engines.instances("llm"))
+    async def reset() -> None:
+        for inst in instances:
+            if isinstance(inst, RemoteEngine):
+                await inst.apply(clear_prefix_cache)
+            else:
+                clear_prefix_cache(inst)
+
+    return reset
 
 
 def estimate_s(warm_ms: dict[str, float], plan: Plan) -> float:
@@ -311,7 +320,7 @@ def main(argv: list[str] | None = None) -> int:
                     plan, capacity_qps={r.app: 1e3 / r.runs[MODES[1]].mean_ms for r in serial}
                 )
         if cluster is not None:
-            overhead = asyncio.run(remote_call_overhead())
+            overhead = asyncio.run(remote_call_cost(300))
     finally:
         if cluster is not None:
             import ray
@@ -366,7 +375,7 @@ def main(argv: list[str] | None = None) -> int:
                              f"LLM steps, policy {policy}, {top.app} {top.load}, optimized")  # fmt: skip
             written.append(path)
     if overhead:
-        print("# what a remote call adds (fake engines, the embedder in a Ray actor on the "
+        print("# what a remote call adds (benchmarks.remote: fake engines, the embedder in a Ray actor on the "
               "second node; median of 300 calls)")  # fmt: skip
         print_table(["what", "in process µs", "remote µs", "remote adds µs"], overhead)
     print("# wrote " + ", ".join(str(w) for w in written))

@@ -5,7 +5,7 @@ same run (``benchmarks.remote``'s measurement on fake engines).
 
 Both setups build fresh engines, plan with the same stored profile and empty every LLM
 instance's prefix cache before each query (serial) or each mode's run (Poisson), the remote
-one through :meth:`ayo.remote.RemoteEngine.apply`.
+one through :meth:`ayo.remote.RemoteEngine.apply` (``e2e.prefix_cache_reset``).
 """
 
 from __future__ import annotations
@@ -46,23 +46,3 @@ def clear_prefix_cache(adapter: Any) -> None:
     """Empties an LLM engine's prefix cache (its hash table; the blocks stay allocated as they
     are). Benchmark-only reach into the engine; called while it is idle, between queries."""
     adapter.engine._core.bm.hash_to_block.clear()
-
-
-def reset_all(instances: list[Any]) -> Any:
-    """The e2e runner's reset over every LLM instance, local and remote."""
-
-    async def reset() -> None:
-        for inst in instances:
-            if hasattr(inst, "apply"):
-                await inst.apply(clear_prefix_cache)
-            else:
-                clear_prefix_cache(inst)
-
-    return reset
-
-
-async def remote_call_overhead(calls: int = 300) -> list[list[object]]:
-    """``benchmarks.remote``'s rows on this run's cluster."""
-    from .remote import measure
-
-    return await measure(calls)

@@ -207,7 +207,7 @@ async def ayo_measure(app: Any, llm: Any, name: str, job: dict[str, Any]) -> dic
     out: dict[str, Any] = {"warmup_s": time.perf_counter() - t0, "serial": [], "concurrent": {}}
     log.info("Ayo %s: warm-up %.1f s", name, out["warmup_s"])
     for question in job["questions"]:
-        reset()
+        await reset()
         llm.take_calls()
         t0 = time.perf_counter()
         result = await app.run(name, {"question": question})
@@ -216,7 +216,7 @@ async def ayo_measure(app: Any, llm: Any, name: str, job: dict[str, Any]) -> dic
                               "calls": llm.take_calls()})  # fmt: skip
     for n in job["concurrency"]:
         batch = [job["questions"][i % len(job["questions"])] for i in range(n)]
-        reset()
+        await reset()
         start = time.perf_counter()
 
         async def one(question: str, start: float = start) -> tuple[str, float]:

@@ -72,9 +72,6 @@ async def serve(config: ServerConfig) -> None:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     state = await build_state(config)
-    # joining a Ray cluster (``placement``) set Ray's SIGTERM handler (sys.exit): ours again,
-    # so a SIGTERM drains the requests in flight as without Ray
-    loop.add_signal_handler(signal.SIGTERM, stop.set)
     runner = None
     try:
         log.info("ingesting the corpus before opening the port (first start only takes long)")
