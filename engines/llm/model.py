@@ -231,12 +231,14 @@ class LlamaModel:
 
 
 def uses_packed_linear(device: torch.device, dtype: torch.dtype) -> bool:
-    """oneDNN's packed linear: on the CPU, for float32 and bfloat16, where torch has oneDNN."""
-    return (
-        device.type == "cpu"
-        and dtype in (torch.float32, torch.bfloat16)
-        and torch.backends.mkldnn.is_available()
-    )
+    """oneDNN's packed linear: on the CPU, for float32, and for bfloat16 where oneDNN has a
+    bfloat16 path on this CPU (AVX-512 BW/VL/DQ or AVX-NE-CONVERT; an AVX2-only CPU has none,
+    and its packing raises), where torch has oneDNN."""
+    if device.type != "cpu" or not torch.backends.mkldnn.is_available():
+        return False
+    if dtype == torch.bfloat16:
+        return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    return dtype == torch.float32
 
 
 def pack_weight(w: torch.Tensor) -> torch.Tensor:
