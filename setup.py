@@ -74,6 +74,7 @@ setup(
             "sentence-transformers>=3.0,<7",
             "accelerate>=0.30,<2",
             "openai>=1.40,<4",
+            "mypy>=2.4,<3",  # the engine-protocol conformance check (tests/static)
         ],
         # python -m benchmarks.fuzz: the server against its own OpenAPI document
         "fuzz": ["schemathesis>=4.32,<5"],

@@ -16,7 +16,7 @@ from ayo.apps import APPS, get_app
 from ayo.cli_run import add_run_parser
 from ayo.plan_cache import PlanCache
 from ayo.scheduler import ExecutionError, PlanError
-from ayo.scheduler.ir.render import render_with_dot
+from ayo.scheduler.ir.render import plan_to_dot, plan_to_json, render_with_dot
 from ayo.workflow import InputShape
 
 
@@ -39,11 +39,11 @@ def cmd_plan(args: argparse.Namespace) -> int:
     shape = _shape(args.app, args.documents)
     plan = PlanCache().get(get_app(args.app), shape, optimize=not args.no_optimize)
     if args.format == "json":
-        data = (json.dumps(plan.to_json(), indent=2) + "\n").encode()
+        data = (json.dumps(plan_to_json(plan), indent=2) + "\n").encode()
     elif args.format == "dot":
-        data = plan.to_dot().encode()
+        data = plan_to_dot(plan).encode()
     else:
-        data = render_with_dot(plan.to_dot(), args.format)
+        data = render_with_dot(plan_to_dot(plan), args.format)
     if args.output:
         with open(args.output, "wb") as f:
             f.write(data)

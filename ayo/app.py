@@ -1,7 +1,7 @@
 """The App API: engines by name, workflows by name, and queries run through the runtime.
 
     app = App()
-    app.add_engine("llm", my_llm)            # kinds are found from the methods
+    app.add_engine("llm", my_llm)            # each engine declares its kind
     app.add_engine("embedder", [e1, e2])     # two instances, load-balanced
     async with app:
         result = await app.run("advanced_rag", {"question": "..."}, deadline=5.0)
@@ -21,20 +21,28 @@ import logging
 import time
 from collections.abc import AsyncIterator, Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ayo.apps import APPS, AppTemplate
+from ayo.apps.completion import COMPLETION, EMBEDDING
 from ayo.cluster import Placement, place
-from ayo.engine_set import EngineConfig, EngineSet
+from ayo.engine_set import EngineSet, SchedulerConfig
 from ayo.metrics import AppMetrics
 from ayo.plan_cache import PlanCache
 from ayo.scheduler import EngineProfile, Plan, RegexTokenizer
 from ayo.scheduler.batching.engine_scheduler import BatchRecord, QueueFull
-from ayo.scheduler.runtime.graph_run import GraphRun, answer_nodes
+from ayo.scheduler.runtime.graph_run import DeadlineExceeded, GraphRun, answer_nodes
 from ayo.scheduler.runtime.plan_costs import PlanCosts
 from ayo.scheduler.sim.simulation import VirtualClockLoop
 from ayo.tracing import Trace
 from ayo.workflow import InputShape, Workflow
+
+if TYPE_CHECKING:
+    from ayo.defaults import EngineOptions
+    from ayo.engines.llm.outputs import DecodeEnd
+    from ayo.engines.llm.sampling import SamplingParams
+
+_ANSWER = {COMPLETION.name: "completion"}  # the output a workflow streams (default "answer")
 
 log = logging.getLogger(__name__)
 
@@ -68,8 +76,11 @@ class App:
         clock: seconds, monotonic; default: ``time.monotonic`` (asyncio's clock), or the loop's
             virtual clock when running on ``VirtualClockLoop`` (simulation).
         builtin_apps: register the built-in apps (``ayo.apps``).
-        max_queries: queries in flight at once; more wait for a slot, or raise ``QueueFull``
-            at once when called with ``wait=False``. None: no limit.
+        max_queries: queries in flight at once (app queries and OpenAI completions alike);
+            more wait for a slot in arrival order, under their deadline. None: no limit.
+        max_waiting: queries that may wait for a slot; beyond it, and for a caller that asks
+            not to wait (``wait=False``) when no slot is free, ``QueueFull`` at once (HTTP
+            429). None: no limit.
     """
 
     def __init__(
@@ -80,18 +91,25 @@ class App:
         clock: Callable[[], float] | None = None,
         builtin_apps: bool = True,
         max_queries: int | None = None,
+        max_waiting: int | None = None,
     ) -> None:
         if max_queries is not None and max_queries < 1:
             raise ValueError(f"max_queries must be >= 1 or None, got {max_queries}")
+        if max_waiting is not None and max_waiting < 0:
+            raise ValueError(f"max_waiting must be >= 0 or None, got {max_waiting}")
         self.max_queries = max_queries
+        self.max_waiting = max_waiting
         self._slots = asyncio.Semaphore(max_queries) if max_queries else None
         self.in_flight = 0
+        self.waiting = 0  # queries waiting for a slot
+        self.closing: list[Callable[[], None]] = []  # run by close(), after the engines stop
         self.profiles = dict(profiles or {})
         self._clock_option = clock
         self._clock: Callable[[], float] = clock or time.monotonic
         self.engines = EngineSet(self._on_batch, self._clock, policy)
         self.metrics = AppMetrics(self.engines.queue_depths)
         self._workflows: dict[str, AppTemplate | Workflow] = dict(APPS) if builtin_apps else {}
+        self._internal: dict[str, Workflow] = {w.name: w for w in (COMPLETION, EMBEDDING)}
         self._plans: PlanCache | None = None
         self._costs: dict[int, tuple[Plan, PlanCosts]] = {}
         self._traces: dict[int, list[tuple]] = {}  # query id -> its trace rows (Trace.rows)
@@ -103,14 +121,16 @@ class App:
         name: str,
         engine: Any | Sequence[Any],
         *,
-        kind: str | None = None,
-        config: EngineConfig | None = None,
+        config: SchedulerConfig | None = None,
         placement: Placement | Sequence[Placement] | None = None,
+        kind: str | None = None,
     ) -> None:
         """Register ``engine`` (or a list of instances) under ``name``, the name plans use.
+        An engine declares its ``kind`` and implements that kind's protocol
+        (``ayo.scheduler.ir.engine_api``); TypeError otherwise.
 
         With ``placement`` (an :class:`ayo.cluster.Placement`, or a list: replicas behind one
-        scheduler), ``engine`` is a factory with its ``kind``: called here for a local
+        scheduler), ``engine`` is a factory with the ``kind`` it builds: called here for a local
         instance, on the chosen Ray node for a remote one (``ayo.remote.RemoteEngine``)."""
         if placement is not None:
             if not callable(engine) or kind is None:
@@ -119,7 +139,11 @@ class App:
                     "and its kind= (llm, embedder, index, keyword, reranker)"
                 )
             engine = place(name, engine, placement, kind)
-        self.engines.add(name, engine, kind=kind, config=config)
+        elif kind is not None:
+            raise ValueError(
+                f"engine {name!r}: kind= goes with placement=; an engine declares its own"
+            )
+        self.engines.add(name, engine, config=config)
 
     def add_workflow(self, workflow: AppTemplate | Workflow) -> None:
         """Register a workflow (or an app template) under its name."""
@@ -143,8 +167,9 @@ class App:
     @property
     def plans(self) -> PlanCache:
         if self._plans is None:
-            llm = self.engines.instances("llm")[0] if "llm" in self.engines.kinds() else None
-            self._plans = PlanCache(self.profiles, getattr(llm, "tokenizer", RegexTokenizer()))
+            has_llm = "llm" in self.engines.kinds()
+            tokenizer = self.engines.instances("llm")[0].tokenizer if has_llm else RegexTokenizer()
+            self._plans = PlanCache(self.profiles, tokenizer)
         return self._plans
 
     def plan(self, name: str, inputs: Mapping[str, Any], optimize: bool = True) -> Plan:
@@ -170,11 +195,14 @@ class App:
             raise
 
     async def close(self) -> None:
-        """Stop the schedulers (pending requests fail) and the engines' workers."""
+        """Stop the schedulers (pending requests fail) and the engines' workers, then run the
+        ``closing`` callbacks (e.g. the default engines' store is persisted)."""
         started = self.engines.started
         await self.engines.stop()
         if started:
             await self.engines.stop_instances()
+        while self.closing:
+            await asyncio.to_thread(self.closing.pop())
 
     async def __aenter__(self) -> App:
         await self.start()
@@ -208,6 +236,23 @@ class App:
             ``ExecutionError``: a primitive failed (named in the message, cause chained).
         """
         return self._run(name, inputs, optimize, deadline, None, wait)  # awaited by the caller
+
+    async def complete(
+        self,
+        prompt: list[int],
+        params: SamplingParams,
+        *,
+        deadline: float | None = None,
+        wait: bool = True,
+        on_piece: Callable[[str], None] | None = None,
+    ) -> DecodeEnd:
+        """Decode ``params`` after ``prompt`` (token ids) on the LLM named ``llm``: the OpenAI
+        endpoints' one-primitive workflow (``ayo.apps.completion``), run as any query is (the
+        same admission, the LLM's step order, metrics and traces). ``on_piece`` gets the text
+        as it is written. Returns the decode's end: text, finish reason, token counts."""
+        inputs = {"prompt": prompt, "params": params}
+        result = await self._run(COMPLETION.name, inputs, True, deadline, on_piece, wait)
+        return result.outputs["completion"]
 
     async def stream(
         self,
@@ -249,13 +294,11 @@ class App:
         if deadline is not None and deadline <= 0:
             raise ValueError(f"deadline must be > 0 seconds, got {deadline}")
         target = self._workflow(name)
+        arrived = self._clock()
+        deadline_at = None if deadline is None else arrived + deadline
         slots = self._slots
         if slots is not None:
-            if not wait and slots.locked():
-                raise QueueFull(
-                    f"{self.max_queries} queries are in flight (App max_queries); retry later"
-                )
-            await slots.acquire()
+            await self._admit(slots, wait, deadline_at)
         self.in_flight += 1
         try:
             if not self.engines.started:
@@ -271,8 +314,10 @@ class App:
                 self.engines.proxies,
                 query_id=query_id,
                 costs=self._plan_costs(plan),
-                deadline=None if deadline is None else start + deadline,
-                stream_nodes=answer_nodes(plan) if on_piece else frozenset(),
+                deadline=deadline_at,
+                stream_nodes=answer_nodes(plan, _ANSWER.get(name, "answer"))
+                if on_piece
+                else frozenset(),
                 on_piece=on_piece,
                 on_control=lambda node, t0, t1, ok: rows.append(
                     (query_id, node.id, "control", t0, t0, t1, 1, ok)  # a control Span's fields
@@ -294,11 +339,62 @@ class App:
             if slots is not None:
                 slots.release()
 
-    def _workflow(self, name: str) -> AppTemplate | Workflow:
+    @contextlib.asynccontextmanager
+    async def slot(self, deadline: float | None = None, wait: bool = True) -> AsyncIterator[None]:
+        """Hold one of the ``max_queries`` slots for work that is not a query but shares the
+        engines (a collection search): admitted as a query is (``QueueFull``, or
+        ``DeadlineExceeded`` after ``deadline`` seconds of waiting)."""
+        slots = self._slots
+        if slots is not None:
+            deadline_at = None if deadline is None else self._clock() + deadline
+            await self._admit(slots, wait, deadline_at)
+        self.in_flight += 1
         try:
-            return self._workflows[name]
-        except KeyError:
-            raise KeyError(f"unknown workflow {name!r}; registered: {self.workflows}") from None
+            yield
+        finally:
+            self.in_flight -= 1
+            if slots is not None:
+                slots.release()
+
+    async def embed(
+        self, texts: list[str], *, deadline: float | None = None, wait: bool = True
+    ) -> list[Any]:
+        """One vector per text from the embedder named ``embedder``: the ``/v1/embeddings``
+        workflow (``ayo.apps.completion.EMBEDDING``), run as any query is."""
+        result = await self._run(EMBEDDING.name, {"texts": list(texts)}, True, deadline, None, wait)
+        return result.outputs["vectors"]
+
+    async def _admit(self, slots: asyncio.Semaphore, wait: bool, deadline_at: float | None) -> None:
+        """Take a query slot: at once if one is free; else wait in line, under the deadline,
+        unless the caller asked not to wait or the line is full (``QueueFull``)."""
+        if not slots.locked():
+            await slots.acquire()
+            return
+        full = self.max_waiting is not None and self.waiting >= self.max_waiting
+        if not wait or full:
+            line = f" and {self.waiting} waiting" if full else ""
+            raise QueueFull(
+                f"{self.max_queries} queries are in flight{line} (App max_queries, "
+                "max_waiting); retry later"
+            )
+        self.waiting += 1
+        try:
+            if deadline_at is None:
+                await slots.acquire()
+            else:
+                budget = deadline_at - self._clock()
+                try:
+                    await asyncio.wait_for(slots.acquire(), max(budget, 0.0))
+                except asyncio.TimeoutError:
+                    raise DeadlineExceeded("(waiting for a slot)", budget * 1e3, []) from None
+        finally:
+            self.waiting -= 1
+
+    def _workflow(self, name: str) -> AppTemplate | Workflow:
+        target = self._workflows.get(name) or self._internal.get(name)
+        if target is None:
+            raise KeyError(f"unknown workflow {name!r}; registered: {self.workflows}")
+        return target
 
     def _plan_costs(self, plan: Plan) -> PlanCosts:
         entry = self._costs.get(id(plan))
@@ -336,27 +432,35 @@ class App:
         return app
 
     @classmethod
-    def default(cls, data_dir: str | None = None, collection: str = "wiki", **options: Any) -> App:
-        """An App on the embedded engines (LLM, embedder, reranker, indexes over the
-        RetrievalStore in ``data_dir``, searching ``collection`` when a query brings no
-        documents): see :mod:`ayo.adapters`. Loads models (seconds). The plans read the engine
-        profile measured on this machine when one is stored in the data directory (see
-        :mod:`ayo.profiling`), else the constants. Raises RuntimeError naming what is missing."""
-        from ayo.adapters import default_engines
+    def default(
+        cls,
+        data_dir: str | None = None,
+        collection: str = "wiki",
+        *,
+        engines: EngineOptions | None = None,
+        **options: Any,
+    ) -> App:
+        """An App on the embedded engines (``ayo.defaults``: LLM, embedder, reranker, indexes
+        over the RetrievalStore in ``data_dir``, searching ``collection`` when a query brings no
+        documents; ``engines`` sets the other options). Loads models (seconds). The plans read
+        the engine profile measured on this machine when one is stored in the data directory
+        (see :mod:`ayo.profiling`), else the constants. Raises RuntimeError naming what is
+        missing."""
+        import dataclasses
 
-        engines = default_engines(data_dir, collection)
+        from ayo.defaults import EngineOptions, load_default_engines
+
+        base = engines or EngineOptions()
+        loaded = load_default_engines(
+            dataclasses.replace(base, data_dir=data_dir or base.data_dir, collection=collection)
+        )
         if "profiles" not in options:
-            from pathlib import Path
-
-            from ayo.ingest import default_data_dir
             from ayo.profiling import engine_profile_path, stored_profiles
 
-            where = Path(data_dir) if data_dir else default_data_dir()
-            llm = engines["llm"].engine
-            options["profiles"] = stored_profiles(
-                engine_profile_path(where, "smollm2-135m-instruct", llm)
-            )
+            path = engine_profile_path(loaded.options.data_path, loaded.options.model, loaded.llm)
+            options["profiles"] = stored_profiles(path)
         app = cls(**options)
-        for name, engine in engines.items():
+        for name, engine in loaded.by_name().items():
             app.add_engine(name, engine)
+        app.closing.append(loaded.close)
         return app

@@ -114,8 +114,8 @@ def place(
     one (or ``local``, an engine already built), a :class:`~ayo.remote.RemoteEngine` building
     ``factory()`` on its node for a remote one (``factory`` must then be picklable: a
     module-level function or a ``functools.partial`` of one)."""
-    from ayo.engine_set import KINDS
     from ayo.remote import RemoteEngine
+    from ayo.scheduler import KINDS
 
     if kind not in KINDS:
         raise ValueError(f"engine {name!r}: a placed engine needs kind= one of {KINDS}")

@@ -1,5 +1,9 @@
-"""The engines of an App: registered by name, each behind its engine scheduler(s) and a batching
-proxy with the interface the plans call (``ayo.scheduler.ir.engine_api``).
+"""The engines of an App: registered by name, each behind the one place that orders and batches
+its requests, and a proxy with the interface the plans call (``ayo.scheduler.ir.engine_api``).
+
+An embedder, index, keyword index or reranker gets an engine scheduler per instance (a queue, the
+batching policy, batch limits); the engine computes each batch as given. An LLM engine orders and
+batches its own steps: it gets the policy as its step order and no queue in front of it.
 
 Several engines of one kind get distinct names (``llm`` and ``judge``); several *instances* of one
 engine (a list) share its name and are load-balanced (queue length; for LLMs KV usage and open
@@ -29,15 +33,13 @@ from ayo.scheduler.batching.proxies import (
     IndexRunner,
     KeywordRunner,
     MergingRunner,
-    PrefillRunner,
     RerankRunner,
 )
+from ayo.scheduler.ir.engine_api import KINDS, engine_kind
 
 log = logging.getLogger(__name__)
 
-KINDS = ("llm", "embedder", "index", "keyword", "reranker")
 _RUNNERS: dict[str, Callable[[Any], MergingRunner]] = {
-    "llm": PrefillRunner,
     "embedder": EmbedRunner,
     "index": IndexRunner,
     "keyword": KeywordRunner,
@@ -46,15 +48,16 @@ _RUNNERS: dict[str, Callable[[Any], MergingRunner]] = {
 
 
 @dataclass(frozen=True)
-class EngineConfig:
-    """How one engine is scheduled.
+class SchedulerConfig:
+    """How one engine's requests are ordered and batched.
 
     Attributes:
-        policy: batching policy, one of ``fcfs``, ``depth``, ``critical_path``.
-        limits: per-batch limits (items, tokens, fill wait).
+        policy: batching policy, one of ``fcfs``, ``depth``, ``critical_path`` (for an LLM: the
+            order of its steps).
+        limits: per-batch limits (items, tokens, fill wait); not for LLMs, which fill each
+            step under their own token budget.
         max_queue: pending requests before callers wait (backpressure).
-        max_inflight: batches computed at once per instance (an LLM engine batches concurrent
-            prefills itself, so it takes many).
+        max_inflight: batches computed at once per instance.
         policy_options: e.g. ``{"aging_ms_per_ms": 0.5}`` for ``critical_path``.
         max_running: LLMs only: decodes running at once per instance (bounded by its KV cache);
             waiting ones are admitted in policy order. None: the engine admits everything.
@@ -75,40 +78,15 @@ class EngineConfig:
         if self.max_queue < 1 or self.max_inflight < 1:
             raise ValueError("max_queue and max_inflight must be >= 1")
 
-    @classmethod
-    def for_kind(cls, kind: str, policy: str = "critical_path") -> EngineConfig:
-        """Defaults: LLMs take 64 concurrent prefills; other engines one batch at a time."""
-        if kind == "llm":
-            return cls(policy, BatchLimits(max_items=64), max_inflight=64)
-        return cls(policy)
-
-
-def engine_kind(engine: Any) -> str:
-    """The interface ``engine`` implements: the kind it declares (``engine.engine_kind``, e.g.
-    a :class:`~ayo.remote.RemoteEngine`), else from its methods."""
-    declared = getattr(engine, "engine_kind", None)
-    if isinstance(declared, str) and declared in KINDS:
-        return declared
-    if hasattr(engine, "prefill") and hasattr(engine, "decode"):
-        return "llm"
-    for method, kind in (("embed", "embedder"), ("rerank", "reranker"), ("ingest", "index")):
-        if hasattr(engine, method):
-            return kind
-    if hasattr(engine, "search"):
-        return "keyword"
-    raise TypeError(
-        f"{type(engine).__name__} implements no engine interface (needs prefill+decode, embed, "
-        "rerank, ingest+search or search; see ayo.scheduler.ir.engine_api)"
-    )
-
 
 @dataclass
 class _Entry:
     name: str
     kind: str
     instances: list[Any]
-    config: EngineConfig
+    config: SchedulerConfig
     schedulers: list[EngineScheduler] = field(default_factory=list)
+    llm: BatchedLLM | None = None
 
 
 class EngineSet:
@@ -136,8 +114,7 @@ class EngineSet:
         name: str,
         engine: Any | Sequence[Any],
         *,
-        kind: str | None = None,
-        config: EngineConfig | None = None,
+        config: SchedulerConfig | None = None,
     ) -> None:
         if self.started:
             raise RuntimeError(f"cannot add engine {name!r}: the app is already running")
@@ -146,15 +123,16 @@ class EngineSet:
         instances = list(engine) if isinstance(engine, (list, tuple)) else [engine]
         if not instances:
             raise ValueError(f"engine {name!r}: give at least one instance")
-        kinds = {kind or engine_kind(e) for e in instances}
-        if len(kinds) != 1 or (found := kinds.pop()) not in KINDS:
+        kinds = {engine_kind(e) for e in instances}
+        if len(kinds) != 1:
             raise ValueError(f"engine {name!r}: instances must share one kind of {KINDS}")
+        found = kinds.pop()
         if found == "index" and len(instances) > 1:
             raise ValueError(
                 f"engine {name!r}: a vector index holds collections and cannot be pooled; "
                 "register one instance"
             )
-        cfg = config or EngineConfig.for_kind(found, self.default_policy)
+        cfg = config or SchedulerConfig(self.default_policy)
         self._entries[name] = _Entry(name, found, instances, cfg)
 
     def kinds(self) -> dict[str, str]:
@@ -173,57 +151,55 @@ class EngineSet:
                 if len(e.instances) == 1
                 else [f"{e.name}#{i}" for i in range(len(e.instances))]
             )
+            if e.kind == "llm":
+                e.llm = self._llm(e, rows)
+                self.proxies[e.name] = e.llm
+                continue
+            cfg = e.config
             e.schedulers = [
                 EngineScheduler(
                     _RUNNERS[e.kind](inst),
                     row,
-                    policy=e.config.policy,
-                    limits=e.config.limits,
-                    max_queue=e.config.max_queue,
-                    max_inflight=e.config.max_inflight,
+                    policy=cfg.policy,
+                    limits=cfg.limits,
+                    max_queue=cfg.max_queue,
+                    max_inflight=cfg.max_inflight,
                     on_batch=self._on_batch,
                     clock=self.clock,
-                    **dict(e.config.policy_options),
+                    **dict(cfg.policy_options),
                 )
                 for inst, row in zip(e.instances, rows)
             ]
             for s in e.schedulers:
                 s.start()
-            self.proxies[e.name] = self._proxy(e)
+            target = e.schedulers[0] if len(e.schedulers) == 1 else EnginePool(e.schedulers)
+            if e.kind == "embedder":
+                self.proxies[e.name] = BatchedEmbedder(target)
+            elif e.kind == "index":
+                self.proxies[e.name] = BatchedIndex(target, e.instances[0])
+            elif e.kind == "keyword":
+                self.proxies[e.name] = BatchedKeywordIndex(target)
+            else:
+                self.proxies[e.name] = BatchedReranker(target)
         self.started = True
 
-    def _proxy(self, e: _Entry) -> Any:
-        if e.kind == "llm":
-            admissions = None
-            if e.config.max_running is not None:
-                admissions = [
-                    Admission(
-                        s.name,
-                        e.config.max_running,
-                        e.config.policy,
-                        self.clock,
-                        **dict(e.config.policy_options),
-                    )
-                    for s in e.schedulers
-                ]
-            return BatchedLLM(
-                e.name,
-                e.instances,
-                e.schedulers,
-                admissions,
-                on_batch=self._on_batch,
-                clock=self.clock,
-                policy=e.config.policy,
-                policy_options=e.config.policy_options,
-            )
-        target = e.schedulers[0] if len(e.schedulers) == 1 else EnginePool(e.schedulers)
-        if e.kind == "embedder":
-            return BatchedEmbedder(target)
-        if e.kind == "index":
-            return BatchedIndex(target, e.instances[0])
-        if e.kind == "keyword":
-            return BatchedKeywordIndex(target)
-        return BatchedReranker(target)
+    def _llm(self, e: _Entry, rows: list[str]) -> BatchedLLM:
+        cfg = e.config
+        admissions = None
+        if cfg.max_running is not None:
+            admissions = [
+                Admission(row, cfg.max_running, cfg.policy, self.clock, **dict(cfg.policy_options))
+                for row in rows
+            ]
+        return BatchedLLM(
+            e.name,
+            e.instances,
+            admissions,
+            on_batch=self._on_batch,
+            clock=self.clock,
+            policy=cfg.policy,
+            policy_options=cfg.policy_options,
+        )
 
     def _distinct_instances(self) -> list[Any]:
         seen: dict[int, Any] = {}
@@ -236,35 +212,38 @@ class EngineSet:
         """Await ``start()`` of every engine instance that has one (worker threads, remote
         actors), once each, all at once: remote actors start and load their models together.
         The first failure is raised once every start has ended."""
-        starts = [
-            i.start() for i in self._distinct_instances() if callable(getattr(i, "start", None))
-        ]
+        starts = [i.start() for i in self._distinct_instances()]
         for result in await asyncio.gather(*starts, return_exceptions=True):
             if isinstance(result, BaseException):
                 raise result
 
     async def stop_instances(self) -> None:
         for inst in reversed(self._distinct_instances()):
-            if callable(getattr(inst, "stop", None)):
-                await inst.stop()
+            await inst.stop()
 
     async def health(self, timeout_s: float = 2.0) -> list[dict[str, Any]]:
         """Every engine instance, as ``/health`` lists them: name, instance (the row its
         scheduler reports as), kind, ``where`` (``local`` or ``remote``) and ``state``; a remote
         instance is pinged (``RemoteEngine.health``: node, process, restarts, failed calls)."""
-        pingable = [i for i in self._distinct_instances() if hasattr(i, "health")]
-        pinged = await asyncio.gather(*(inst.health(timeout_s) for inst in pingable))
-        remote = {id(inst): h for inst, h in zip(pingable, pinged)}
+        distinct = self._distinct_instances()
+        pinged = await asyncio.gather(*(inst.health(timeout_s) for inst in distinct))
+        health = {id(inst): h for inst, h in zip(distinct, pinged)}
         rows = []
         for e in self._entries.values():
             for i, inst in enumerate(e.instances):
                 row = {"engine": e.name, "kind": e.kind,
                        "instance": e.name if len(e.instances) == 1 else f"{e.name}#{i}"}  # fmt: skip
-                rows.append({**row, **remote.get(id(inst), {"where": "local", "state": "alive"})})
+                rows.append({**row, **health[id(inst)]})
         return rows
 
     def queue_depths(self) -> dict[str, int]:
-        return {s.name: s.queue_length for e in self._entries.values() for s in e.schedulers}
+        """Requests waiting per engine instance (for an LLM: prefills not yet computed)."""
+        depths = {}
+        for e in self._entries.values():
+            if e.llm is not None:
+                depths.update(zip(e.llm.rows, e.llm.in_flight))
+            depths.update((s.name, s.queue_length) for s in e.schedulers)
+        return depths
 
     def stats(self) -> dict[str, dict[str, float]]:
         return {s.name: s.stats() for e in self._entries.values() for s in e.schedulers}
@@ -273,6 +252,6 @@ class EngineSet:
         for e in self._entries.values():
             for s in e.schedulers:
                 await s.stop()
-            e.schedulers = []
+            e.schedulers, e.llm = [], None
         self.proxies.clear()
         self.started = False

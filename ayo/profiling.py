@@ -31,8 +31,8 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from ayo.engine_set import engine_kind
 from ayo.engines.llm.config import cpu_model
+from ayo.scheduler.ir.engine_api import engine_kind
 from ayo.scheduler.profiles.profile import DEFAULT_PROFILES, EngineProfile
 from ayo.scheduler.profiles.profiler import (
     Sample,
@@ -115,20 +115,26 @@ async def _batch_runner(kind: str, engine: Any, embedder: Any | None) -> Any:
     """``run(b, tokens)`` for ``scheduler/profiles/profiler.py``'s ``measure``: one batch of
     ``b`` items on a retrieval engine of ``kind``, each call's texts new (None: not measured).
     One text length, so an item's cost is per item."""
-    from ayo.scheduler.ir.values import Doc
+    from ayo.engines.records import Doc, RerankRequest
 
     calls = itertools.count()
     if kind == "embedder":
-        return lambda b, _: engine.embed([f"{WORDS} {next(calls)} {i}" for i in range(b)])
+        return lambda b, _: engine.embed(
+            [f"{WORDS} {next(calls)} {i}" for i in range(b)], info=None
+        )
     if kind == "reranker":
-        docs = [Doc(str(i), f"{WORDS} {i}") for i in range(max(RERANK_PASSAGES))]
-        return lambda b, _: engine.rerank(f"river {next(calls)}", docs[:b], 3)
+        docs = tuple(Doc(str(i), f"{WORDS} {i}") for i in range(max(RERANK_PASSAGES)))
+        return lambda b, _: engine.rerank(
+            [RerankRequest(f"river {next(calls)}", docs[:b], 3)], info=None
+        )
     if kind == "keyword":
-        return lambda b, _: engine.search([f"river {next(calls)} {i}" for i in range(b)], 32)
+        return lambda b, _: engine.search(
+            [f"river {next(calls)} {i}" for i in range(b)], 32, info=None
+        )
     if kind == "index" and embedder is not None:
-        vectors = await embedder.embed([f"{WORDS} {i}" for i in range(max(SEARCH_BATCHES))])
-        collection = getattr(engine, "collection", "default")
-        return lambda b, _: engine.search(collection, vectors[:b], 32)
+        texts = [f"{WORDS} {i}" for i in range(max(SEARCH_BATCHES))]
+        vectors = await embedder.embed(texts, info=None)
+        return lambda b, _: engine.search("default", vectors[:b], 32, info=None)
     return None
 
 
@@ -142,9 +148,9 @@ async def measure_engines(
     quick: bool = False,
     progress: Callable[[str], None] = log.info,
 ) -> dict[str, list[Sample]]:
-    """Samples per engine kind of ``engines`` (an App's instances by name, the adapters'
-    protocols; one instance per kind is measured). ``embedder`` makes the dense index's query
-    vectors. An index whose collection is missing is left out (its constants stay)."""
+    """Samples per engine kind of ``engines`` (an App's instances by name; one instance per
+    kind is measured). ``embedder`` makes the dense index's query vectors. An index whose
+    collection is missing is left out (its constants stay)."""
     by_kind: dict[str, Any] = {}
     for engine in engines.values():
         by_kind.setdefault(engine_kind(engine), engine)
@@ -154,7 +160,7 @@ async def measure_engines(
         progress(f"profiling engine {n}/{len(by_kind)}: {kind}")
         if kind == "llm":
             shapes = QUICK if quick else {}
-            samples[kind] = await measure_llm(getattr(engine, "engine", engine), **shapes)
+            samples[kind] = await measure_llm(engine, **shapes)
             continue
         run = await _batch_runner(kind, engine, embedder)
         if run is None:
@@ -257,16 +263,19 @@ PROFILE_HEADERS = [
 async def profile_default_engines(
     model: str, dtype: str, threads: int | None, data_dir: Path, collection: str = "wiki"
 ) -> tuple[dict[str, EngineProfile], dict[str, list[Sample]], str]:
-    """Load the server's engines (:func:`ayo.adapters.default_engines` over ``data_dir``),
-    measure them with every shape, and fit their profiles. Returns the profiles, the samples
-    and the LLM's resolved dtype."""
-    from ayo.adapters import default_engines
+    """Load the server's engines (:func:`ayo.defaults.load_default_engines` over
+    ``data_dir``), measure them with every shape, and fit their profiles. Returns the
+    profiles, the samples and the LLM's resolved dtype."""
     from ayo.app import App
+    from ayo.defaults import EngineOptions, load_default_engines
 
-    engines = default_engines(data_dir, collection, model, dtype=dtype, num_threads=threads)
+    options = EngineOptions(model=model, dtype=dtype, llm_threads=threads, data_dir=data_dir,
+                            collection=collection)  # fmt: skip
+    engines = load_default_engines(options)
     app = App()
-    for name, engine in engines.items():
+    for name, engine in engines.by_name().items():
         app.add_engine(name, engine)
+    app.closing.append(engines.close)
     async with app:
-        samples = await measure_engines(engines, engines["embedder"])
-    return profiles_from(samples), samples, engines["llm"].engine.config.dtype
+        samples = await measure_engines(engines.by_name(), engines.embedder)
+    return profiles_from(samples), samples, engines.llm.config.dtype

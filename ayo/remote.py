@@ -24,17 +24,19 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import inspect
 import logging
 import os
 import sys
 import tempfile
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from ayo.engine_set import KINDS
+from ayo.engines.llm.outputs import DecodeEnd, DecodePiece
+from ayo.engines.llm.sampling import SamplingParams
+from ayo.engines.records import Doc, RerankRequest
+from ayo.scheduler import KINDS
 
 log = logging.getLogger(__name__)
 
@@ -133,16 +135,14 @@ class EngineHost:
 
     def __init__(self, factory: Callable[[], Any], order: Any = None) -> None:
         self.engine = factory()
-        if order is not None and hasattr(self.engine, "set_step_order"):
+        if self.engine.kind == "llm":
             self.engine.set_step_order(order)
         self._started = False
         self.pid = os.getpid()  # a restarted actor is a new process
 
     async def _ready(self) -> Any:
         if not self._started:
-            start = getattr(self.engine, "start", None)
-            if start is not None:
-                await start()
+            await self.engine.start()
             self._started = True
         return self.engine
 
@@ -157,60 +157,33 @@ class EngineHost:
         return await result if inspect.isawaitable(result) else result
 
     async def call(self, method: str, *args: Any, **kwargs: Any) -> Any:
-        engine = await self._ready()
-        fn = getattr(engine, method)
-        if "info" in kwargs and (kwargs["info"] is None or not _takes_info(fn)):
-            del kwargs["info"]  # an engine without a step order (the fakes) takes none
-        result = fn(*args, **kwargs)
-        if hasattr(result, "__await__"):
-            result = await result
-        return result
+        """``engine.method(*args, **kwargs)``, awaited when it returns an awaitable (a plain
+        method such as ``prefill_when_idle`` returns None)."""
+        result = getattr(await self._ready(), method)(*args, **kwargs)
+        return await result if inspect.isawaitable(result) else result
 
-    async def decode(self, seq: Any, params: Any, info: Any = None) -> AsyncIterator[str]:
-        engine = await self._ready()
-        if info is None or not _takes_info(engine.decode):
-            stream = engine.decode(seq, params)
-        else:
-            stream = engine.decode(seq, params, info=info)
+    async def kv_usage(self) -> float:
+        return (await self._ready()).kv_usage()
+
+    async def decode(
+        self, seq: Any, params: SamplingParams, info: Any
+    ) -> AsyncIterator[DecodePiece | DecodeEnd]:
+        """The pieces, then the stream's end (a Ray streaming generator)."""
+        stream = (await self._ready()).decode(seq, params, info=info)
         async with contextlib.aclosing(stream) as pieces:
             async for piece in pieces:
                 yield piece
+        yield stream.end
 
-    async def tokenizer(self) -> tuple[bool, Any]:
-        """The LLM's tokenizer for the driver's plans (picklable): (True, the Hugging Face
-        tokenizer) for an ``LLMAdapter`` over our engine, else (False, the engine's own
-        ``tokenizer``, which already has the plans' ``encode``/``decode``)."""
-        engine = await self._ready()
-        inner = getattr(engine, "engine", None)
-        if inner is not None and hasattr(inner, "tokenizer"):
-            return True, inner.tokenizer
-        return False, engine.tokenizer
+    async def tokenizer(self) -> Any:
+        """The LLM's tokenizer for the driver's plans (picklable: an ``LLMEngine``'s is a
+        ``ChatTokenizer`` over a Hugging Face tokenizer)."""
+        return (await self._ready()).tokenizer
 
     async def stop(self) -> None:
-        if self._started and hasattr(self.engine, "stop"):
+        if self._started:
             await self.engine.stop()
         self._started = False
-
-
-@functools.cache
-def _function_takes_info(fn: Callable[..., Any]) -> bool:
-    return "info" in inspect.signature(fn).parameters
-
-
-def _takes_info(method: Callable[..., Any]) -> bool:
-    """Whether ``method`` takes ``info=`` (read once per function, not per call)."""
-    return _function_takes_info(getattr(method, "__func__", method))
-
-
-class _LocalTokenizer:
-    """What ``EngineTokenizer`` needs of an engine, over a tokenizer fetched from the actor
-    (the actor's engine checks the ids again when they are prefilled)."""
-
-    def __init__(self, tokenizer: Any) -> None:
-        self.tokenizer = tokenizer
-
-    def encode(self, text: str) -> list[int]:
-        return self.tokenizer(text, add_special_tokens=False)["input_ids"]
 
 
 class RemoteEngine:
@@ -246,7 +219,6 @@ class RemoteEngine:
         self.num_cpus = num_cpus
         self.max_restarts = max_restarts
         self.start_timeout_s = start_timeout_s
-        self.engine_kind = kind  # what App.add_engine registers it as
         self.actor: Any = None
         self.node_id = ""
         self.pid = 0  # the actor's process: a new one after a restart
@@ -255,6 +227,8 @@ class RemoteEngine:
         self.last_error = ""
         self._tokenizer: Any = None
         self._order: Any = None
+        self._kv_usage = 0.0  # the actor's, as of its last open or close
+        self._pending: set[asyncio.Task[None]] = set()  # background calls nobody awaits
 
     def __repr__(self) -> str:
         return f"RemoteEngine({self.kind}, resources={self.resources}, node={self.node_id[:12]})"
@@ -281,10 +255,7 @@ class RemoteEngine:
             ) from None
         self.node_id, self.pid = info["node"], info["pid"]
         if self.kind == "llm":
-            from ayo.adapters import EngineTokenizer
-
-            hf, tokenizer = await self._remote("tokenizer")
-            self._tokenizer = EngineTokenizer(_LocalTokenizer(tokenizer)) if hf else tokenizer
+            self._tokenizer = await self._remote("tokenizer")
         log.info("remote %s engine on node %s", self.kind, self.node_id)
 
     async def stop(self) -> None:
@@ -349,20 +320,25 @@ class RemoteEngine:
         return await self._remote("call", method, *args, **kwargs)
 
     # -- retrieval engines ------------------------------------------------------------------
-    async def embed(self, texts: list[str]) -> list[Any]:
-        return await self._call("embed", texts)
+    async def embed(self, texts: list[str], *, info: Any = None) -> Any:
+        return await self._call("embed", texts, info=info)
 
-    async def search(self, *args: Any) -> list[list[Any]]:
-        return await self._call("search", *args)  # (collection, vectors, k) or (queries, k)
+    async def search(self, *args: Any, info: Any = None) -> list[list[Doc]]:
+        # (collection, vectors, k) for a vector index, (queries, k) for a keyword index
+        return await self._call("search", *args, info=info)
 
-    async def ingest(self, collection: str, docs: list[Any], vectors: list[Any]) -> None:
-        await self._call("ingest", collection, docs, vectors)
+    async def ingest(
+        self, collection: str, docs: list[Doc], vectors: Any, *, info: Any = None
+    ) -> None:
+        await self._call("ingest", collection, docs, vectors, info=info)
 
     async def drop(self, collection: str) -> None:
         await self._call("drop", collection)
 
-    async def rerank(self, query: str, passages: list[Any], top_k: int) -> list[Any]:
-        return await self._call("rerank", query, passages, top_k)
+    async def rerank(
+        self, requests: Sequence[RerankRequest], *, info: Any = None
+    ) -> list[list[Doc]]:
+        return await self._call("rerank", list(requests), info=info)
 
     # -- the LLM: sequences live in the actor ------------------------------------------------
     @property
@@ -371,35 +347,87 @@ class RemoteEngine:
             raise RemoteEngineError("the remote LLM's tokenizer arrives when the engine starts")
         return self._tokenizer
 
-    async def open(self) -> Any:
-        return await self._call("open")
-
     def set_step_order(self, order: Any) -> None:
         """The runtime's policy orders the remote engine's steps: given to the actor when it is
         built, and again by Ray at a restart (the runtime sets it before it starts engines)."""
         self._order = order
 
-    async def prefill(self, seq: Any, tokens: list[int], info: Any = None) -> None:
+    def kv_usage(self) -> float:
+        """The actor's KV usage as of its last open or close (replicas are balanced by it)."""
+        return self._kv_usage
+
+    async def _refresh_kv_usage(self) -> None:
+        with contextlib.suppress(Exception):  # a load figure: a dead actor shows elsewhere
+            self._kv_usage = await self.actor.kv_usage.remote()
+
+    async def open(self) -> Any:
+        seq = await self._call("open")
+        await self._refresh_kv_usage()
+        return seq
+
+    async def prefill(self, seq: Any, tokens: list[int], *, info: Any = None) -> None:
         await self._call("prefill", seq, list(tokens), info=info)
 
-    async def decode(self, seq: Any, params: Any, info: Any = None) -> AsyncIterator[str]:
+    def prefill_when_idle(self, seq: Any, tokens: list[int], *, info: Any = None) -> None:
+        """Sent at once, not awaited: the actor's engine computes the tokens when idle (a
+        refused prefill fails the sequence, and its next call here raises that error)."""
         if self.actor is None:
             raise RemoteEngineError(f"remote {self.kind} engine is not started")
-        stream = self.actor.decode.options(num_returns="streaming").remote(seq, params, info)
-        finished = False
-        try:
-            async for ref in stream:
-                yield await ref
-            finished = True
-        except Exception as exc:
-            raise self._error(exc) from exc
-        finally:
-            if not finished:  # the caller stopped reading (a stop string, a cancelled query):
-                with contextlib.suppress(Exception):  # stop the decode in the actor too
-                    _ray().cancel(stream)
+        ref = self.actor.call.remote("prefill_when_idle", seq, list(tokens), info=info)
+        task = asyncio.ensure_future(self._settle(ref))
+        self._pending.add(task)
+        task.add_done_callback(self._pending.discard)
 
-    async def score(self, seq: Any, candidates: list[str], info: Any = None) -> list[float]:
+    async def _settle(self, ref: Any) -> None:
+        try:
+            await ref
+        except Exception as exc:  # the actor died: its sequences' next calls fail too
+            log.debug("remote background prefill: %s", exc)
+
+    def decode(self, seq: Any, params: SamplingParams, *, info: Any = None) -> RemoteDecode:
+        if self.actor is None:
+            raise RemoteEngineError(f"remote {self.kind} engine is not started")
+        return RemoteDecode(self, seq, params, info)
+
+    async def score(self, seq: Any, candidates: list[str], *, info: Any = None) -> list[float]:
         return await self._call("score", seq, list(candidates), info=info)
 
     async def close(self, seq: Any) -> None:
         await self._call("close", seq)
+        await self._refresh_kv_usage()
+
+
+class RemoteDecode:
+    """A decode in a remote engine's actor: its pieces streamed back (a Ray streaming
+    generator), ``end`` once they are over. Closing it early stops the actor's decode."""
+
+    def __init__(self, remote: RemoteEngine, seq: Any, params: SamplingParams, info: Any) -> None:
+        self._remote = remote
+        self._refs = remote.actor.decode.options(num_returns="streaming").remote(seq, params, info)
+        self.end: DecodeEnd | None = None
+
+    def __aiter__(self) -> RemoteDecode:
+        return self
+
+    async def __anext__(self) -> DecodePiece:
+        if self.end is not None:
+            raise StopAsyncIteration
+        try:
+            item = await (await anext(self._refs))
+        except StopAsyncIteration:
+            raise
+        except asyncio.CancelledError:
+            await self.aclose()
+            raise
+        except Exception as exc:
+            raise self._remote._error(exc) from exc
+        if isinstance(item, DecodeEnd):
+            self.end = item
+            raise StopAsyncIteration
+        return item
+
+    async def aclose(self) -> None:
+        """Stop the decode in the actor too (a stop string met, a cancelled query)."""
+        if self.end is None:
+            with contextlib.suppress(Exception):
+                _ray().cancel(self._refs)

@@ -96,21 +96,31 @@ def build_app(args: argparse.Namespace, policy: str, remote_llms: int = 0) -> An
 
     if args.engines == "fake":
         return App.fake(args.fake_delay, policy=policy)
-    from ayo.adapters import default_engines
+    from ayo.defaults import load_default_engines
 
     app = App(policy=policy)
-    engines = default_engines(
-        args.data_dir, args.collection, dtype=args.dtype, num_threads=args.llm_threads or None,
-        embedder_threads=args.embedder_threads or None, max_new_tokens=args.max_tokens,
-    )  # fmt: skip
-    if remote_llms:  # replicas behind one scheduler; the judge shares them as it shares the LLM
+    loaded = load_default_engines(engine_options(args))
+    engines: dict[str, Any] = loaded.by_name()
+    if remote_llms:  # replicas behind one LLM proxy; the judge shares them as it shares the LLM
         from .e2e_ray import remote_llm
 
         replicas = [engines["llm"]] + [remote_llm(args) for _ in range(remote_llms)]
         engines["llm"] = engines["judge"] = replicas
     for name, engine in engines.items():
         app.add_engine(name, engine)
+    app.closing.append(loaded.close)
     return app
+
+
+def engine_options(args: argparse.Namespace) -> Any:
+    """The default engines as this benchmark runs them (``--dtype``, threads, answer cap)."""
+    from ayo.defaults import EngineOptions
+
+    return EngineOptions(
+        dtype=args.dtype, data_dir=args.data_dir, collection=args.collection,
+        llm_threads=args.llm_threads or None, embedder_threads=args.embedder_threads or None,
+        max_new_tokens=args.max_tokens,
+    )  # fmt: skip
 
 
 async def use_profiles(app: Any, args: argparse.Namespace) -> dict[str, Any]:
@@ -125,7 +135,7 @@ async def use_profiles(app: Any, args: argparse.Namespace) -> dict[str, Any]:
         from ayo.profiling import engine_profile_path, ensure_profiles
 
         data_dir = Path(args.data_dir or default_data_dir())
-        llm = app.engines.instances("llm")[0].engine
+        llm = app.engines.instances("llm")[0]
         path = engine_profile_path(data_dir, "smollm2-135m-instruct", llm)
         profiles.update(await ensure_profiles(app, path, app.engines.instances("embedder")[0]))
     if args.split_min_tokens is not None:  # the LLM profile the prefill-split pass reads
@@ -144,7 +154,7 @@ def prefix_cache_reset(app: Any) -> Callable[[], Awaitable[None]]:
             if isinstance(inst, RemoteEngine):
                 await inst.apply(clear_prefix_cache)
             else:
-                clear_prefix_cache(inst)
+                inst.reset_prefix_cache()
 
     return reset
 
@@ -214,12 +224,12 @@ async def bench(
         steps = None
         if args.engines == "default" and plan.rate_multipliers and not args.ray:
             top = max(plan.rate_multipliers)
-            steps = StepLog(app.engines.instances("llm")[0].engine, f"poisson {top:g}x ")
+            steps = StepLog(app.engines.instances("llm")[0], f"poisson {top:g}x ")
         reset = prefix_cache_reset(app) if args.engines == "default" else lambda: None
         results = await run_all(app, plan, log.info, reset, steps)
         meta["measure_s"] = round(time.perf_counter() - t0, 1)
         if args.engines == "default":
-            meta["llm_stats"] = str(app.engines.instances("llm")[0].engine.stats())
+            meta["llm_stats"] = str(app.engines.instances("llm")[0].stats())
         if remote_llms:
             meta["remote"] = [await r.health() for r in app.engines.instances("llm")[1:]]
         meta["engine_stats"] = app.engines.stats()

@@ -30,19 +30,17 @@ def start_cluster(args: argparse.Namespace) -> Any:
 
 def remote_llm(args: argparse.Namespace) -> Any:
     """The LLM replica on the worker node, built there as the local one is built here."""
-    from ayo.adapters import default_llm
+    from ayo.defaults import default_llm
     from ayo.remote import RemoteEngine
 
-    factory = functools.partial(
-        default_llm, max_new_tokens=args.max_tokens, dtype=args.dtype,
-        num_threads=args.llm_threads or None,
-    )  # fmt: skip
+    from .e2e import engine_options
+
+    factory = functools.partial(default_llm, **engine_options(args).llm_kwargs())
     return RemoteEngine(
         factory, "llm", resources={"worker": 0.5}, num_cpus=max(1, args.llm_threads)
     )
 
 
-def clear_prefix_cache(adapter: Any) -> None:
-    """Empties an LLM engine's prefix cache (its hash table; the blocks stay allocated as they
-    are). Benchmark-only reach into the engine; called while it is idle, between queries."""
-    adapter.engine._core.bm.hash_to_block.clear()
+def clear_prefix_cache(engine: Any) -> None:
+    """Empties an LLM engine's prefix cache (in its Ray actor: ``RemoteEngine.apply``)."""
+    engine.reset_prefix_cache()

@@ -41,7 +41,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import json
 import logging
 import os
@@ -51,8 +50,6 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Any
-
-from ayo.adapters import EngineTokenizer
 
 from .common import machine, print_table, setup_benchmark_logging
 from .e2e import WARMUP_QUESTION, fanoutqa_questions, prefix_cache_reset
@@ -134,60 +131,121 @@ def max_new_tokens(specs: dict[str, dict[str, Any]], cap: int) -> int:
 # ---- Ayo's side --------------------------------------------------------------------------------
 
 
-class RecordingTokenizer(EngineTokenizer):
+class RecordingTokenizer:
     """The engine's tokenizer (no special tokens, its chat template), remembering which text
     gave which ids."""
 
-    def __init__(self, engine: Any) -> None:
-        super().__init__(engine)
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
         self.texts: dict[tuple[int, ...], str] = {}
 
     def encode(self, text: str) -> list[int]:
-        ids = self._engine.encode(text) if text else []
+        ids = self.inner.encode(text)
         self.texts[tuple(ids)] = text
         return ids
 
+    def decode(self, ids: list[int]) -> str:
+        return self.inner.decode(ids)
 
-def recording_llm(engine: Any, max_new_tokens: int) -> Any:
-    """Ayo's LLM adapter recording each call as the peer does: the prompt string, its token
-    ids, the tokens generated (the end-of-sequence token included, as in transformers)."""
-    from ayo.adapters import LLMAdapter
+    def render_chat(self, messages: list[dict[str, str]]) -> str | None:
+        return self.inner.render_chat(messages)
 
-    class RecordingLLM(LLMAdapter):
-        def __init__(self) -> None:
-            super().__init__(engine, max_new_tokens)
-            self.tokenizer = RecordingTokenizer(engine)
-            self.calls: list[dict[str, Any]] = []
-            self._prompts: dict[Any, list[int]] = {}
 
-        async def prefill(self, seq: Any, tokens: list[int], info: Any = None) -> None:
-            self._prompts.setdefault(seq, []).extend(tokens)
-            await super().prefill(seq, tokens, info)
+class RecordingLLM:
+    """Ayo's LLM engine recording each call as the peer does: the prompt string, its token ids,
+    the tokens generated (the end-of-sequence token included, as in transformers). The engine's
+    own protocol otherwise (``LLMProtocol``), every call passed on with its ``info``."""
 
-        async def decode(self, seq: Any, params: Any, info: Any = None):  # counting tokens
-            generated = 0
-            stream = self.engine.decode(seq, self.sampling_params(params), info=info)
-            try:
-                async with contextlib.aclosing(stream):
-                    async for piece in stream:
-                        generated += 1
-                        if piece.text:
-                            yield piece.text
-            finally:  # also when the consumer stops early (the answer's last sentence, n items)
-                ids = self._prompts.get(seq, [])
-                prompt = self.tokenizer.texts.get(tuple(ids), "<no single encode gave these ids>")
-                self.calls.append({"prompt": prompt, "prompt_ids": ids, "generated": generated})
+    kind = "llm"
 
-        async def close(self, seq: Any) -> None:
-            self._prompts.pop(seq, None)
-            await super().close(seq)
+    def __init__(self, engine: Any) -> None:
+        self.engine = engine
+        self.tokenizer = RecordingTokenizer(engine.tokenizer)
+        self.calls: list[dict[str, Any]] = []
+        self._prompts: dict[Any, list[int]] = {}
 
-        def take_calls(self) -> list[dict[str, Any]]:
-            calls, self.calls = self.calls, []
-            self.tokenizer.texts.clear()
-            return calls
+    async def start(self) -> None:
+        await self.engine.start()
 
-    return RecordingLLM()
+    async def stop(self) -> None:
+        await self.engine.stop()
+
+    async def health(self, timeout_s: float = 2.0) -> dict[str, Any]:
+        return await self.engine.health(timeout_s)
+
+    def set_step_order(self, order: Any) -> None:
+        self.engine.set_step_order(order)
+
+    def kv_usage(self) -> float:
+        return self.engine.kv_usage()
+
+    def reset_prefix_cache(self) -> None:
+        self.engine.reset_prefix_cache()
+
+    async def open(self) -> Any:
+        return await self.engine.open()
+
+    async def prefill(self, seq: Any, tokens: list[int], *, info: Any = None) -> None:
+        self._prompts.setdefault(seq, []).extend(tokens)
+        await self.engine.prefill(seq, tokens, info=info)
+
+    def prefill_when_idle(self, seq: Any, tokens: list[int], *, info: Any = None) -> None:
+        self._prompts.setdefault(seq, []).extend(tokens)
+        self.engine.prefill_when_idle(seq, tokens, info=info)
+
+    def decode(self, seq: Any, params: Any, *, info: Any = None) -> _RecordedDecode:
+        return _RecordedDecode(self, seq, self.engine.decode(seq, params, info=info))
+
+    async def score(self, seq: Any, candidates: list[str], *, info: Any = None) -> list[float]:
+        return await self.engine.score(seq, candidates, info=info)
+
+    async def close(self, seq: Any) -> None:
+        self._prompts.pop(seq, None)
+        await self.engine.close(seq)
+
+    def record(self, seq: Any, generated: int) -> None:
+        ids = self._prompts.get(seq, [])
+        prompt = self.tokenizer.texts.get(tuple(ids), "<no single encode gave these ids>")
+        self.calls.append({"prompt": prompt, "prompt_ids": ids, "generated": generated})
+
+    def take_calls(self) -> list[dict[str, Any]]:
+        calls, self.calls = self.calls, []
+        self.tokenizer.texts.clear()
+        return calls
+
+
+class _RecordedDecode:
+    """The engine's decode stream, counting its tokens; recorded when it ends, also when the
+    consumer stops early (the answer's last sentence, n items)."""
+
+    def __init__(self, llm: RecordingLLM, seq: Any, stream: Any) -> None:
+        self._llm, self._seq, self._stream = llm, seq, stream
+        self.generated, self._recorded = 0, False
+
+    @property
+    def end(self) -> Any:
+        return self._stream.end
+
+    def __aiter__(self) -> _RecordedDecode:
+        return self
+
+    async def __anext__(self) -> Any:
+        try:
+            piece = await self._stream.__anext__()
+        except BaseException:
+            self._record()
+            raise
+        self.generated += 1
+        return piece
+
+    async def aclose(self) -> None:
+        await self._stream.aclose()
+        self._record()
+
+    def _record(self) -> None:
+        if not self._recorded:
+            self._recorded = True
+            self._llm.record(self._seq, self.generated)
 
 
 def stored_chunks(store: Any, collection: str) -> list[dict[str, str]]:
@@ -234,20 +292,22 @@ async def ayo_measure(app: Any, llm: Any, name: str, job: dict[str, Any]) -> dic
 
 async def run_ayo(args: argparse.Namespace, job: dict[str, Any], data_dir: Path) -> dict[str, Any]:
     """Load the engines, ingest the documents, measure every app; fills ``job["chunks"]``."""
-    from ayo.adapters import default_engines
     from ayo.app import App
+    from ayo.defaults import EngineOptions, load_default_engines
     from ayo.engines.corpus import load_wiki
     from ayo.ingest import ingest_all
 
     t0 = time.perf_counter()
-    engines = default_engines(
-        data_dir, COLLECTION, dtype="float32", num_threads=args.threads,
-        embedder_threads=args.threads, enable_prefix_caching=not args.no_prefix_cache,
+    options = EngineOptions(
+        dtype="float32", data_dir=data_dir, collection=COLLECTION, llm_threads=args.threads,
+        embedder_threads=args.threads, max_new_tokens=job["max_new_tokens"],
+        llm_config={"enable_prefix_caching": not args.no_prefix_cache},
     )  # fmt: skip
-    llm = recording_llm(engines["llm"].engine, job["max_new_tokens"])
-    engines["llm"] = engines["judge"] = llm
+    loaded = load_default_engines(options)
+    llm = RecordingLLM(loaded.llm)
+    engines = {**loaded.by_name(), "llm": llm, "judge": llm}
     out: dict[str, Any] = {"models_s": time.perf_counter() - t0, "apps": {}}
-    store = engines["index"].store
+    store = loaded.store
     docs = [a.to_document() for a in load_wiki(limit=args.docs)]
     t0 = time.perf_counter()
     await ingest_all(store, COLLECTION, docs, progress=False)

@@ -173,21 +173,24 @@ HEADERS = [
 
 
 def build_app(args: argparse.Namespace) -> Any:
-    from ayo.adapters import default_engines
     from ayo.app import App
+    from ayo.defaults import EngineOptions, load_default_engines
 
     from .quality_legacy import LEGACY_APPS
 
     app = App()
-    engines = default_engines(
-        args.data_dir,
-        args.collection,
-        dtype=args.dtype,
-        num_threads=args.llm_threads or None,
-        reranker=args.reranker,
+    engines = load_default_engines(
+        EngineOptions(
+            dtype=args.dtype,
+            data_dir=args.data_dir,
+            collection=args.collection,
+            llm_threads=args.llm_threads or None,
+            reranker=args.reranker,
+        )
     )
-    for name, engine in engines.items():
+    for name, engine in engines.by_name().items():
         app.add_engine(name, engine)
+    app.closing.append(engines.close)
     for template in LEGACY_APPS.values():
         app.add_workflow(template)
     return app
@@ -201,7 +204,7 @@ def _max_tokens(app_name: str, style: str) -> int:
 
 async def ask(app: Any, name: str, style: str, question: str, optimize: bool) -> tuple[Any, float]:
     """The query's result and its mean generated tokens per LLM decode."""
-    engine = app.engines.instances("llm")[0].engine
+    engine = app.engines.instances("llm")[0]
     before = engine.stats().generated_tokens
     target = name if style == "chat" else f"{name}@legacy"
     result = await app.run(target, {"question": question}, optimize=optimize)
@@ -217,7 +220,7 @@ async def bench(args: argparse.Namespace, questions: list[Question]) -> dict[str
 
     app = build_app(args)
     await ensure_wiki(app.engines.instances("index")[0].store, args.collection)
-    tokenizer = app.engines.instances("llm")[0].engine.tokenizer
+    tokenizer = app.engines.instances("llm")[0].hf_tokenizer
     cells: list[Cell] = []
     judge: dict[str, list[bool]] = {}
     examples: dict[str, dict[str, str]] = {}
@@ -285,7 +288,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32")
     p.add_argument("--llm-threads", type=int, default=0, help="0: torch's default")
     p.add_argument("--reranker", default="embedding", help="embedding (the default), bm25, or a "
-                   "cross-encoder folder (see ayo.adapters.default_engines)")  # fmt: skip
+                   "cross-encoder folder (see ayo.defaults.EngineOptions)")  # fmt: skip
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", type=Path, default=None)
     p.add_argument("--quick", action="store_true", help="3 questions: a smoke run")

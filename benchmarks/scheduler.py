@@ -32,14 +32,17 @@ from collections.abc import Sequence
 from typing import Any
 
 from ayo.app import App
-from ayo.engine_set import EngineConfig
+from ayo.engine_set import SchedulerConfig
+from ayo.engines.base import LocalEngine
+from ayo.engines.llm.outputs import DecodePiece
 from ayo.scheduler import DEFAULT_PROFILES, Doc, EngineProfile, GraphRun, LatencyModel, PlanCosts
 from ayo.scheduler.batching.engine_scheduler import EngineScheduler
 from ayo.scheduler.batching.policies import POLICIES, BatchLimits, PendingRequest
 from ayo.scheduler.ir.graph import INPUT_ID, OUTPUT_ID
 from ayo.scheduler.runtime.handlers import HANDLERS, QueryContext
 from ayo.scheduler.runtime.serving_gc import configure_gc_for_serving, restore_gc
-from ayo.scheduler.sim.simulation import run_virtual, sim_engines
+from ayo.scheduler.sim.fakes import PieceStream
+from ayo.scheduler.sim.simulation import SimLLM, run_virtual, sim_engines
 
 from .common import machine
 
@@ -72,20 +75,20 @@ def query_inputs(app: str, i: int) -> tuple[str, dict[str, Any]]:
     return app, {"question": question}
 
 
-def sim_config(kind: str, policy: str) -> EngineConfig:
-    """The LLM runs at most 16 decodes at once (its KV cache) and takes a prefill batch per step
-    within a token budget; the other engines compute one batch at a time."""
+def sim_config(kind: str, policy: str) -> SchedulerConfig:
+    """The LLM runs at most 16 decodes at once (its KV cache; each step fills its own token
+    budget, in the policy's order); the other engines compute one batch at a time."""
     if kind == "llm":
-        return EngineConfig(policy, BatchLimits(max_items=16, max_tokens=4096), max_running=16)
-    return EngineConfig(policy, BatchLimits(max_items=32))
+        return SchedulerConfig(policy, max_running=16)
+    return SchedulerConfig(policy, BatchLimits(max_items=32))
 
 
 async def simulate(app_name: str, policy: str, arrivals: Sequence[float]) -> dict[str, float]:
     """Run one query per arrival time (virtual seconds); latency statistics in ms."""
     app = App(profiles=SIM_PROFILES, policy=policy)
-    for name, engine in sim_engines(SIM_PROFILES).items():
-        kind = "llm" if name in ("llm", "judge") else name
-        app.add_engine(name, engine, config=sim_config(kind, policy))
+    engines = sim_engines(SIM_PROFILES)
+    for name, engine in engines.items():
+        app.add_engine(name, engine, config=sim_config(engine.kind, policy))
     loop = asyncio.get_running_loop()
     async with app:
         t0 = loop.time()
@@ -96,14 +99,13 @@ async def simulate(app_name: str, policy: str, arrivals: Sequence[float]) -> dic
 
         latencies = await asyncio.gather(*(one(i, at) for i, at in enumerate(arrivals)))
         makespan = loop.time() - t0
-        batches = app.engines.stats()
     lat = sorted(latencies)
     return {
         "mean": statistics.fmean(lat),
         "p50": lat[len(lat) // 2],
         "p99": lat[min(len(lat) - 1, round(0.99 * (len(lat) - 1)))],
         "throughput": len(lat) / makespan,
-        "llm_batch": batches["llm"]["mean_batch_items"],
+        "llm_batch": _mean_step(engines["llm"]),
     }
 
 
@@ -142,6 +144,11 @@ def policy_table(apps: Sequence[str], queries: int, loads: Sequence[float], seed
 # ---- dispatch overhead ------------------------------------------------------------------------
 
 
+def _mean_step(llm: SimLLM) -> float:
+    """Sequences per step of the simulated LLM."""
+    return llm.step_items / llm.steps if llm.steps else 0.0
+
+
 class _NullTokenizer:
     def encode(self, text: str) -> list[int]:
         return [1, 2, 3]
@@ -149,43 +156,78 @@ class _NullTokenizer:
     def decode(self, ids: list[int]) -> str:
         return ""
 
+    def render_chat(self, messages: list[dict[str, str]]) -> str | None:
+        return None
 
-class NullLLM:
+
+async def _yes() -> Any:
+    yield DecodePiece(0, "yes", 0)
+
+
+class NullLLM(LocalEngine):
     """Answers instantly: every engine call costs only its Python call."""
 
+    kind = "llm"
     tokenizer = _NullTokenizer()
+
+    def set_step_order(self, order: Any) -> None:
+        return None
+
+    def kv_usage(self) -> float:
+        return 0.0
 
     async def open(self) -> object:
         return object()
 
-    async def prefill(self, seq: object, tokens: list[int]) -> None:
+    async def prefill(self, seq: object, tokens: list[int], *, info: Any = None) -> None:
         return None
 
-    async def decode(self, seq: object, params: Any) -> Any:
-        yield "yes"
+    def prefill_when_idle(self, seq: object, tokens: list[int], *, info: Any = None) -> None:
+        return None
+
+    def decode(self, seq: object, params: Any, *, info: Any = None) -> PieceStream:
+        return PieceStream(_yes(), params)
+
+    async def score(self, seq: object, candidates: list[str], *, info: Any = None) -> list[float]:
+        return [0.0] * len(candidates)
 
     async def close(self, seq: object) -> None:
         return None
 
 
-class NullRetrieval:
-    doc = Doc("d", "text")
+class NullEmbedder(LocalEngine):
+    kind = "embedder"
 
-    async def embed(self, texts: list[str]) -> list[list[float]]:
+    async def embed(self, texts: list[str], *, info: Any = None) -> list[list[float]]:
         return [[0.0]] * len(texts)
 
-    async def search(self, collection: str, vectors: list[Any], k: int) -> list[list[Doc]]:
+
+class NullIndex(LocalEngine):
+    kind = "index"
+    doc = Doc("d", "text")
+
+    async def search(
+        self, collection: str, vectors: Any, k: int, *, info: Any = None
+    ) -> list[list[Doc]]:
         return [[self.doc]] * len(vectors)
+
+    async def ingest(
+        self, collection: str, docs: list[Doc], vectors: Any, *, info: Any = None
+    ) -> None:
+        return None
+
+    async def drop(self, collection: str) -> None:
+        return None
+
+
+def _null_engines() -> dict[str, Any]:
+    return {"llm": NullLLM(), "embedder": NullEmbedder(), "index": NullIndex()}
 
 
 def _null_app(policy: str) -> App:
     app = App(policy=policy)
-    for name, engine in (
-        ("llm", NullLLM()),
-        ("embedder", NullRetrieval()),
-        ("index", NullRetrieval()),
-    ):
-        app.add_engine(name, engine, kind=name)
+    for name, engine in _null_engines().items():
+        app.add_engine(name, engine)
     return app
 
 
@@ -213,7 +255,7 @@ async def _overhead_once(
     async with app:
         plan = app.plan("naive_rag", inputs)
         costs = PlanCosts.of(plan, {})  # once per plan, as the App does
-        raw = {"llm": NullLLM(), "embedder": NullRetrieval(), "index": NullRetrieval()}
+        raw = _null_engines()
         first = await app.run("naive_rag", inputs)  # warm caches
         per_query = len(plan.nodes) - 2
         if len(first.trace.spans) != per_query:
@@ -225,8 +267,6 @@ async def _overhead_once(
                 counted[0] += per_query
             else:
                 await app.run("naive_rag", inputs)
-                # every primitive runs (a held PartialPrefill folded into its FullPrefill leaves
-                # no engine row of its own, but its handler ran)
                 counted[0] += per_query
 
         gc.collect()
@@ -253,7 +293,7 @@ async def _direct_once(inflight: int, rounds: int) -> tuple[float, float]:
     async with app:
         plan = app.plan("naive_rag", inputs)
         expected = (await app.run("naive_rag", inputs)).outputs
-    engines = {"llm": NullLLM(), "embedder": NullRetrieval(), "index": NullRetrieval()}
+    engines = _null_engines()
     order = [plan.node(n) for n in plan.topo_order if n not in (INPUT_ID, OUTPUT_ID)]
     sources = {
         n.id: [(e.dst_port, e.src, e.src_port) for e in plan.in_edges(n.id)]
@@ -266,7 +306,7 @@ async def _direct_once(inflight: int, rounds: int) -> tuple[float, float]:
         values: dict[tuple[str, str], Any] = {(INPUT_ID, k): v for k, v in inputs.items()}
         for node in order:
             data = {port: values[src, src_port] for port, src, src_port in sources[node.id]}
-            for port, value in (await HANDLERS[node.op](node, data, ctx)).items():
+            for port, value in (await HANDLERS[node.op](node, data, ctx, None)).items():
                 values[node.id, port] = value
         counted[0] += len(order)
         return {port: values[src, src_port] for port, src, src_port in sources[OUTPUT_ID]}

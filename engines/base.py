@@ -1,19 +1,17 @@
-"""The shape every non-LLM engine shares: an async front, a batching worker thread behind it.
+"""The shape every non-LLM engine shares: an async front, a worker thread behind it.
 
-Callers on the event loop ``await engine.submit(request)`` (or ``submit_many``); requests from
-many queries meet in one queue; a single worker thread drains up to ``max_batch_items`` of them,
-computes them together in :meth:`BatchingEngine.run_batch` (torch and faiss release the GIL) and
-hands each result back to the loop that asked with ``loop.call_soon_threadsafe``. Nothing polls:
-the worker sleeps on a condition variable, callers on futures.
+The runtime's engine scheduler decides which requests form a batch and in what order; the engine
+executes what it is given. ``await engine.submit_many(requests)`` hands one batch to the worker
+thread, which computes it in :meth:`BatchingEngine.run_batch` (torch and faiss release the GIL)
+and hands each result back to the loop that asked with ``loop.call_soon_threadsafe``. Batches run
+one at a time, in the order they came. Nothing polls: the worker sleeps on a condition variable,
+callers on futures. Bulk work (``background=True``: a corpus ingest) runs only when no batch is
+waiting, ``max_background_items`` requests per round.
 
 Errors are per request: ``validate`` rejects a bad request before it is queued, ``run_batch``
-may return an exception in a request's slot, and if ``run_batch`` itself raises on a batch of
-several requests, each request is re-run alone so only the culprit fails. The engine keeps
+may return an exception in a request's slot, and if ``run_batch`` itself raises, the batch is
+re-run in halves (``isolation.run_isolated``) so only the culprit fails. The engine keeps
 serving either way.
-
-An engine scheduler that forms its own batches (``ayo.scheduler``) can bypass the built-in
-batching with :meth:`BatchingEngine.submit_batch` (one unit, executed as given) or call the
-synchronous :meth:`BatchingEngine.execute` from a thread of its own.
 """
 
 from __future__ import annotations
@@ -32,6 +30,7 @@ from pathlib import Path
 from typing import Generic, TypeVar
 
 from .errors import EngineClosed, EngineError
+from .isolation import run_isolated
 
 logger = logging.getLogger(__name__)
 
@@ -83,25 +82,37 @@ def release_openmp_threads() -> None:
         pause(1)  # omp_pause_soft
 
 
+class LocalEngine:
+    """What an engine in this process answers beside its kind's methods (the ``Engine``
+    protocol of ``ayo.scheduler.ir.engine_api``): no workers to start by default, and a
+    ``/health`` row that says it runs here."""
+
+    async def start(self) -> None:
+        """Nothing to start: workers start on first use."""
+
+    async def stop(self) -> None:
+        """Nothing to stop."""
+
+    async def health(self, timeout_s: float = 2.0) -> dict[str, object]:
+        return {"where": "local", "state": "alive"}
+
+
 @dataclass(frozen=True)
 class BatchConfig:
-    """Batching limits of the built-in worker.
+    """Settings of the worker.
 
     Attributes:
-        max_batch_items: most queued requests the worker takes in one round (>= 1).
-        max_background_items: most background requests (bulk ingest) in one round: an
-            interactive request waits at most one such round.
+        max_background_items: most background requests (bulk ingest) in one round: a batch
+            from the runtime waits at most one such round.
         num_threads: torch intra-op threads the worker thread uses (None: leave torch's setting).
     """
 
-    max_batch_items: int = 512
     max_background_items: int = 8
     num_threads: int | None = None
 
     def __post_init__(self) -> None:
-        for name in ("max_batch_items", "max_background_items"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.max_background_items < 1:
+            raise ValueError(f"max_background_items must be >= 1, got {self.max_background_items}")
         if self.num_threads is not None and self.num_threads < 1:
             raise ValueError(f"num_threads must be >= 1 or None, got {self.num_threads}")
 
@@ -114,7 +125,7 @@ class EngineStats:
     submitted: int = 0  # requests accepted into the queue
     completed: int = 0  # requests that got a result
     failed: int = 0  # requests that got an error (validation included)
-    batches: int = 0  # rounds of run_batch
+    batches: int = 0  # batches computed (a batch re-run in halves counts once)
     busy_s: float = 0.0  # seconds the worker spent computing
     queue_depth: int = 0  # requests waiting right now
     extra: dict[str, float] = field(default_factory=dict)  # engine-specific counters
@@ -132,13 +143,6 @@ class _Pending(Generic[Req]):
     loop: asyncio.AbstractEventLoop
 
 
-@dataclass
-class _Unit(Generic[Req]):
-    """A batch formed by the caller, executed as one round."""
-
-    items: list[_Pending[Req]]
-
-
 def _deliver(future: asyncio.Future, result: object) -> None:
     if future.done():  # cancelled by its caller meanwhile
         return
@@ -152,8 +156,8 @@ BACKGROUND_POLL_S = 0.02
 BACKGROUND_MAX_DEFER_S = 1.0
 
 
-class BatchingEngine(Generic[Req, Res]):
-    """Base of the embedder, reranker, vector index and keyword engines.
+class BatchingEngine(LocalEngine, Generic[Req, Res]):
+    """Base of the embedder, the cross-encoder scorer, the vector index and keyword engines.
 
     Subclasses implement :meth:`run_batch` (worker thread) and optionally :meth:`validate`
     (event loop, cheap) and :meth:`on_worker_start`. The worker thread starts on first use.
@@ -163,7 +167,7 @@ class BatchingEngine(Generic[Req, Res]):
         self.name = name
         self.batch_config = batch or BatchConfig()
         self._cond = threading.Condition()
-        self._queue: collections.deque[_Pending[Req] | _Unit[Req]] = collections.deque()
+        self._queue: collections.deque[list[_Pending[Req]]] = collections.deque()  # batches
         self._background: collections.deque[_Pending[Req]] = collections.deque()
         # Called by the worker: False while other work (in other engines) should have the
         # cores, e.g. requests in flight on a server; background rounds then wait for it.
@@ -186,8 +190,8 @@ class BatchingEngine(Generic[Req, Res]):
 
     # -- async API ----------------------------------------------------------------------------
     async def submit(self, request: Req) -> Res:
-        """Queue one request; resolve with its result or raise its error."""
-        return (await self._enqueue([request], as_unit=False))[0]
+        """Compute one request (a batch of one); its result, or its error raised."""
+        return (await self.submit_many([request]))[0]  # type: ignore[return-value]
 
     async def submit_many(
         self,
@@ -196,13 +200,13 @@ class BatchingEngine(Generic[Req, Res]):
         return_exceptions: bool = False,
         background: bool = False,
     ) -> list[Res | BaseException]:
-        """Queue many requests (batched freely with others'); results in order.
+        """Compute ``requests`` as one batch, exactly as given; results in order.
 
         Raises the first error unless ``return_exceptions`` (then errors sit in their slots).
-        ``background`` requests (bulk work such as ingest) run only when no other request is
-        queued, ``max_background_items`` per round.
+        ``background`` requests (bulk work such as ingest) run only when no batch is waiting,
+        ``max_background_items`` per round.
         """
-        futures = self._futures(requests, as_unit=False, background=background)
+        futures = self._futures(requests, background)
         results = await asyncio.gather(*futures, return_exceptions=True)
         if not return_exceptions:
             for r in results:
@@ -210,17 +214,7 @@ class BatchingEngine(Generic[Req, Res]):
                     raise r
         return list(results)
 
-    async def submit_batch(self, requests: Sequence[Req]) -> list[Res | BaseException]:
-        """Run ``requests`` as one round, exactly as given (for engine schedulers)."""
-        futures = self._futures(requests, as_unit=True)
-        return list(await asyncio.gather(*futures, return_exceptions=True))
-
-    async def _enqueue(self, requests: Sequence[Req], *, as_unit: bool) -> list[Res]:
-        return list(await asyncio.gather(*self._futures(requests, as_unit=as_unit)))
-
-    def _futures(
-        self, requests: Sequence[Req], *, as_unit: bool, background: bool = False
-    ) -> list[asyncio.Future]:
+    def _futures(self, requests: Sequence[Req], background: bool) -> list[asyncio.Future]:
         loop = asyncio.get_running_loop()
         futures: list[asyncio.Future] = []
         accepted: list[_Pending[Req]] = []
@@ -235,10 +229,10 @@ class BatchingEngine(Generic[Req, Res]):
                 continue
             accepted.append(_Pending(request, future, loop))
         if accepted:
-            self._put(accepted, as_unit, background)
+            self._put(accepted, background)
         return futures
 
-    def _put(self, items: list[_Pending[Req]], as_unit: bool, background: bool = False) -> None:
+    def _put(self, items: list[_Pending[Req]], background: bool) -> None:
         with self._cond:
             if self._closed:
                 raise EngineClosed(f"engine {self.name!r} is closed")
@@ -247,12 +241,10 @@ class BatchingEngine(Generic[Req, Res]):
                     target=self._worker, name=f"ayo-{self.name}", daemon=True
                 )
                 self._thread.start()
-            if as_unit:
-                self._queue.append(_Unit(items))
-            elif background:
+            if background:
                 self._background.extend(items)
             else:
-                self._queue.extend(items)
+                self._queue.append(items)
             self._stats.submitted += len(items)
             self._cond.notify()
 
@@ -279,18 +271,7 @@ class BatchingEngine(Generic[Req, Res]):
                     n = min(len(self._background), self.batch_config.max_background_items)
                     return [self._background.popleft() for _ in range(n)]
                 self._cond.wait(BACKGROUND_POLL_S)
-            head = self._queue[0]
-            if isinstance(head, _Unit):
-                self._queue.popleft()
-                return head.items
-            taken: list[_Pending[Req]] = []
-            while (
-                self._queue
-                and not isinstance(self._queue[0], _Unit)
-                and len(taken) < self.batch_config.max_batch_items
-            ):
-                taken.append(self._queue.popleft())  # type: ignore[arg-type]
-            return taken
+            return self._queue.popleft()
 
     def _worker(self) -> None:
         if self.batch_config.num_threads is not None:
@@ -327,20 +308,7 @@ class BatchingEngine(Generic[Req, Res]):
         return results
 
     def _compute(self, requests: list[Req]) -> list[Res | BaseException]:
-        try:
-            results = self.run_batch(requests)
-            if len(results) != len(requests):
-                raise RuntimeError(
-                    f"{self.name}: run_batch returned {len(results)} results "
-                    f"for {len(requests)} requests"
-                )
-            return results
-        except Exception as err:
-            logger.warning("%s: batch of %d failed: %r", self.name, len(requests), err)
-            if len(requests) == 1:
-                return [err]
-            # Isolate the failing request(s): re-run each alone.
-            return [self._compute([r])[0] for r in requests]
+        return run_isolated(requests, self.run_batch, self.name)  # type: ignore[arg-type]
 
     # -- stats / lifecycle --------------------------------------------------------------------
     def _count(self, **delta: float) -> None:
@@ -357,10 +325,12 @@ class BatchingEngine(Generic[Req, Res]):
         """A snapshot of the engine's counters."""
         with self._stats_lock, self._cond:
             snap = EngineStats(**{**self._stats.__dict__, "extra": dict(self._stats.extra)})
-            snap.queue_depth = len(self._background) + sum(
-                len(q.items) if isinstance(q, _Unit) else 1 for q in self._queue
-            )
+            snap.queue_depth = len(self._background) + sum(len(b) for b in self._queue)
         return snap
+
+    async def stop(self) -> None:
+        """:meth:`close`, off the event loop."""
+        await asyncio.to_thread(self.close)
 
     def close(self, timeout: float | None = 10.0) -> None:
         """Stop accepting requests; finish the queued interactive ones, fail the background

@@ -120,7 +120,10 @@ CHARS_PER_TOKEN_CAP = 64  # no real text averages more characters per token
 
 
 class Embedder(BatchingEngine[EmbedRequest, Embedding]):
-    """Batching text embedder. ``await embed(texts)`` -> float32 ``[n, dim]``."""
+    """Text embedder, the plans' embedder engine: ``await embed(texts)`` -> float32
+    ``[n, dim]``, the texts computed as one batch (packed by token budget)."""
+
+    kind = "embedder"
 
     def __init__(
         self,
@@ -178,6 +181,13 @@ class Embedder(BatchingEngine[EmbedRequest, Embedding]):
         """Tokens of text that fit in one input besides the special tokens."""
         return self.max_length - self.num_special_tokens
 
+    def count_tokens(self, texts: list[str]) -> list[int]:
+        """Each text's token count, special tokens included, before truncation (what an
+        OpenAI embedding response reports as usage, capped at ``max_length``)."""
+        cap = self.max_length * CHARS_PER_TOKEN_CAP
+        texts = [(t.lower() if self._lower else t)[:cap] for t in texts]
+        return [len(ids) for ids in self.tokenizer(texts, truncation=False)["input_ids"]]
+
     def token_spans(self, text: str) -> list[tuple[int, int]]:
         """Character spans of the text's tokens (no special tokens), for the chunker."""
         text = text.lower() if self._lower else text
@@ -185,8 +195,9 @@ class Embedder(BatchingEngine[EmbedRequest, Embedding]):
         return [tuple(span) for span in enc["offset_mapping"]]
 
     # -- async API ----------------------------------------------------------------------------
-    async def embed(self, texts: list[str]) -> np.ndarray:
-        """Embed texts: float32 ``[n, dim]`` (unit-norm when the model says so).
+    async def embed(self, texts: list[str], *, info: object = None) -> np.ndarray:
+        """Embed texts, as one batch: float32 ``[n, dim]`` (unit-norm when the model says so).
+        ``info``: the runtime's request facts (unused: the batch is already formed).
 
         Raises ``InvalidRequest`` (empty text) for the first bad text; others are unaffected.
         """

@@ -7,38 +7,49 @@ Scorers (all behind :class:`RelevanceScorer`):
   packed by token budget). Score: the logit (1 label) or the last label's log-probability.
 * ``embedding-cosine:<model>`` — the default when no cross-encoder is installed (none ships in
   any PyPI package): cosine of query and whole-passage embeddings from the :class:`Embedder`.
+* ``bm25`` — BM25 of the query over its candidates (their own term statistics).
 * An LLM scorer (the LLM engine's ``score`` primitive with a yes/no relevance prompt) plugs in
   later as another ``RelevanceScorer``; nothing here changes.
+
+:class:`Reranker` is the plans' reranker engine (``RerankerProtocol``): ``rerank(requests)``
+scores every (query, passage) pair of the requests it is given in one scorer batch.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from .base import BatchConfig, BatchingEngine, EngineStats
+from .base import BatchConfig, BatchingEngine, EngineStats, LocalEngine
 from .embedder import Embedder
 from .errors import InvalidRequest, ModelNotFound
+from .records import Doc, RerankRequest, reciprocal_rank
 
 logger = logging.getLogger(__name__)
 
 
+Query = tuple[str, list[str]]  # a query and its candidate passages
+
+
 @runtime_checkable
 class RelevanceScorer(Protocol):
-    """Scores passages against a query; higher is more relevant."""
+    """Scores passages against their query; higher is more relevant."""
 
     name: str
 
-    async def score(self, query: str, passages: list[str]) -> np.ndarray:
-        """float32 ``[len(passages)]``."""
+    async def score(self, queries: list[Query]) -> list[np.ndarray]:
+        """For each (query, passages): float32 ``[len(passages)]``, in one batch."""
         ...
 
     def stats(self) -> EngineStats: ...
+
+    def close(self) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -85,9 +96,10 @@ class CrossEncoderScorer(BatchingEngine[PairRequest, float]):
         self.max_batch_tokens = max_batch_tokens
         self.tokenizer.model_max_length = 1 << 30
 
-    async def score(self, query: str, passages: list[str]) -> np.ndarray:
-        results = await self.submit_many([PairRequest(query, p) for p in passages])
-        return np.asarray(results, dtype=np.float32)
+    async def score(self, queries: list[Query]) -> list[np.ndarray]:
+        pairs = [PairRequest(q, p) for q, passages in queries for p in passages]
+        flat = np.asarray(await self.submit_many(pairs), dtype=np.float32)
+        return _split(flat, [len(passages) for _, passages in queries])
 
     def validate(self, request: PairRequest) -> None:
         if not request.query.strip():
@@ -141,14 +153,23 @@ class EmbeddingScorer:
         self.embedder = embedder
         self.name = f"embedding-cosine:{embedder.model_name}"
 
-    async def score(self, query: str, passages: list[str]) -> np.ndarray:
-        vectors = await self.embedder.embed([query, *passages])
+    async def score(self, queries: list[Query]) -> list[np.ndarray]:
+        texts = [t for q, passages in queries for t in (q, *passages)]
+        vectors = await self.embedder.embed(texts)
         if not self.embedder.normalize:
             vectors = vectors / np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
-        return (vectors[1:] @ vectors[0]).astype(np.float32)
+        out, start = [], 0
+        for _, passages in queries:
+            query, rows = vectors[start], vectors[start + 1 : start + 1 + len(passages)]
+            out.append((rows @ query).astype(np.float32))
+            start += 1 + len(passages)
+        return out
 
     def stats(self) -> EngineStats:
         return self.embedder.stats()
+
+    def close(self) -> None:
+        """The embedder is its owner's to close."""
 
 
 class LexicalScorer:
@@ -160,10 +181,10 @@ class LexicalScorer:
     def __init__(self) -> None:
         self._stats = EngineStats(self.name)
 
-    async def score(self, query: str, passages: list[str]) -> np.ndarray:
+    async def score(self, queries: list[Query]) -> list[np.ndarray]:
         import asyncio
 
-        return await asyncio.to_thread(self._score, query, passages)
+        return await asyncio.to_thread(lambda: [self._score(q, p) for q, p in queries])
 
     @staticmethod
     def _score(query: str, passages: list[str]) -> np.ndarray:
@@ -184,16 +205,35 @@ class LexicalScorer:
     def stats(self) -> EngineStats:
         return self._stats
 
+    def close(self) -> None:
+        """Nothing to release."""
 
-class Reranker:
-    """``await rerank(query, passages, top_k)`` -> :class:`RerankResult`, best first.
 
-    ``scorer`` names the scorer in use (also logged at construction).
+def _split(flat: np.ndarray, lengths: list[int]) -> list[np.ndarray]:
+    out, start = [], 0
+    for n in lengths:
+        out.append(flat[start : start + n])
+        start += n
+    return out
+
+
+class Reranker(LocalEngine):
+    """The plans' reranker engine over a :class:`RelevanceScorer`.
+
+    ``rerank(requests)`` scores each request's passages against its query (all requests' pairs
+    in one scorer batch) and returns each request's ``top_k`` passages, best first, with their
+    scores. ``fuse``: the scorer's order and the order the passages came in (the retrieval's,
+    fused by rank upstream) are fused by reciprocal rank, so a scorer that sees other evidence
+    than the search (BM25 words, a cross-encoder) moves passages up or down without discarding
+    what the search knew; a passage's score is then its fused score.
     """
 
-    def __init__(self, backend: RelevanceScorer) -> None:
+    kind = "reranker"
+
+    def __init__(self, backend: RelevanceScorer, fuse: bool = False) -> None:
         self.backend = backend
-        logger.info("reranker scorer: %s", backend.name)
+        self.fuse = fuse
+        logger.info("reranker scorer: %s%s", backend.name, " (fused by rank)" if fuse else "")
 
     @property
     def scorer(self) -> str:
@@ -210,30 +250,53 @@ class Reranker:
         logger.info("no cross-encoder given: reranking by embedding cosine")
         return cls(EmbeddingScorer(embedder or Embedder.from_model()))
 
-    async def rerank(
-        self, query: str, passages: list[str], top_k: int | None = None
-    ) -> RerankResult:
-        """Score every passage against ``query``; return the ``top_k`` best (all when None).
+    @classmethod
+    def of_kind(cls, kind: str, embedder: Embedder | None = None) -> Reranker:
+        """``"embedding"`` (cosine under ``embedder``), ``"bm25"`` (fused by rank with the
+        retrieval's order) or a cross-encoder folder."""
+        if kind == "bm25":
+            return cls(LexicalScorer(), fuse=True)
+        if kind == "embedding":
+            return cls.from_model(embedder=embedder)
+        return cls.from_model(kind)
 
-        Raises ``InvalidRequest`` for an empty query, an empty passage or ``top_k < 1``.
+    async def rerank(
+        self, requests: Sequence[RerankRequest], *, info: Any = None
+    ) -> list[list[Doc]]:
+        """Each request's ``top_k`` passages by relevance, best first.
+
+        Raises ``InvalidRequest`` for an empty query or an empty passage.
         """
-        if not query.strip():
-            raise InvalidRequest("cannot rerank for an empty query")
-        if top_k is not None and top_k < 1:
-            raise InvalidRequest(f"top_k must be >= 1, got {top_k}")
-        if not passages:
-            return RerankResult([], [])
-        for i, p in enumerate(passages):
-            if not isinstance(p, str) or not p.strip():
-                raise InvalidRequest(f"passage {i} is empty")
-        scores = await self.backend.score(query, passages)
-        order = np.argsort(-scores, kind="stable")[: top_k or len(passages)]
-        return RerankResult([int(i) for i in order], [float(scores[i]) for i in order])
+        for r in requests:
+            if not r.query.strip():
+                raise InvalidRequest("cannot rerank for an empty query")
+            for i, p in enumerate(r.passages):
+                if not isinstance(p.text, str) or not p.text.strip():
+                    raise InvalidRequest(f"passage {i} ({p.id!r}) is empty")
+        todo = [r for r in requests if r.passages]
+        scores = iter(
+            await self.backend.score([(r.query, [p.text for p in r.passages]) for r in todo])
+        )
+        return [self._top(r, next(scores)) if r.passages else [] for r in requests]
+
+    def _top(self, request: RerankRequest, scores: np.ndarray) -> list[Doc]:
+        passages, k = request.passages, request.top_k
+        if not self.fuse:
+            order = np.argsort(-scores, kind="stable")[:k]
+            return [
+                Doc(passages[i].id, passages[i].text, round(float(scores[i]), 6)) for i in order
+            ]
+        fused = [reciprocal_rank(i) for i in range(len(passages))]  # the retrieval's order
+        for rank, i in enumerate(np.argsort(-scores, kind="stable")):
+            fused[int(i)] += reciprocal_rank(rank)
+        best = sorted(range(len(passages)), key=lambda i: (-fused[i], i))[:k]
+        return [Doc(passages[i].id, passages[i].text, round(fused[i], 6)) for i in best]
 
     def stats(self) -> EngineStats:
         return self.backend.stats()
 
+    async def stop(self) -> None:
+        self.close()
+
     def close(self) -> None:
-        close = getattr(self.backend, "close", None)
-        if close is not None:
-            close()
+        self.backend.close()

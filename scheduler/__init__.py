@@ -3,8 +3,8 @@ this package defines them and schedules them. See DESIGN.md "Concepts" and "Runt
 
 Sub-packages, each importing only those above it:
 
-- ``ir``: the plan (graph, ops, ports, values, errors, prompts, parsers, Map registry, engine
-  interfaces), its checks (``validate``) and rendering (``render``);
+- ``ir``: the plan (graph, ops, node configs, ports, values, errors, prompts, parsers, Map
+  registry, the engine protocols), its checks (``validate``) and rendering (``render``);
 - ``profiles``: engine profiles and the profiler;
 - ``batching``: the engine schedulers (policies, queues, admission, request info) and the
   batching proxies;
@@ -14,8 +14,11 @@ Sub-packages, each importing only those above it:
 The names users import are re-exported here.
 """
 
-from .ir import functions, primitives  # modules imported by name (``primitives as P``)
-from .ir.engine_api import GREEDY, DecodeParams, Sampling
+from ayo.engines.llm.sampling import SamplingParams
+
+from .ir import configs, functions, primitives  # modules imported by name (``primitives as P``)
+from .ir.configs import TEMP_COLLECTION, FrozenConfig, NodeConfig
+from .ir.engine_api import KINDS, Engine
 from .ir.errors import (
     CycleError,
     ExecutionError,
@@ -28,31 +31,33 @@ from .ir.errors import (
     UnknownPortError,
 )
 from .ir.functions import MAP_FUNCTIONS, MapFn, register_map
-from .ir.graph import INPUT_ID, OUTPUT_ID, Edge, EdgeKind, FrozenConfig, Node, Plan
+from .ir.graph import INPUT_ID, OUTPUT_ID, Edge, EdgeKind, Node, Plan
 from .ir.ops import Op, OpInfo
 from .ir.ports import Port, PortType
 from .ir.prompt import Prompt, RegexTokenizer, Tokenizer
+from .ir.render import plan_to_dot, plan_to_json
 from .ir.validate import validate
 from .ir.values import SKIPPED, Chunk, Doc, EndOfStream, SeqHandle
 from .profiles.profile import DEFAULT_PROFILES, EngineProfile, LatencyModel
-from .runtime.graph_run import DeadlineExceeded, GraphRun, QueryRun, execute
+from .runtime.graph_run import DeadlineExceeded, GraphRun, execute
 from .runtime.plan_costs import PlanCosts
 
 __all__ = [
     "DEFAULT_PROFILES",
-    "GREEDY",
     "INPUT_ID",
+    "KINDS",
     "MAP_FUNCTIONS",
     "OUTPUT_ID",
     "SKIPPED",
+    "TEMP_COLLECTION",
     "Chunk",
     "CycleError",
     "DeadlineExceeded",
-    "DecodeParams",
     "Doc",
     "Edge",
     "EdgeKind",
     "EndOfStream",
+    "Engine",
     "EngineProfile",
     "ExecutionError",
     "FrozenConfig",
@@ -60,6 +65,7 @@ __all__ = [
     "LatencyModel",
     "MapFn",
     "Node",
+    "NodeConfig",
     "Op",
     "OpInfo",
     "PassError",
@@ -71,16 +77,18 @@ __all__ = [
     "PortTypeError",
     "Prompt",
     "PromptError",
-    "QueryRun",
     "RegexTokenizer",
-    "Sampling",
+    "SamplingParams",
     "SeqHandle",
     "StreamError",
     "Tokenizer",
     "UnboundPortError",
     "UnknownPortError",
+    "configs",
     "execute",
     "functions",
+    "plan_to_dot",
+    "plan_to_json",
     "primitives",
     "register_map",
     "validate",

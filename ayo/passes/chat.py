@@ -15,10 +15,10 @@ from .manager import CompileContext
 def format_prompts(plan: Plan, ctx: CompileContext) -> Plan:
     """Every node's chat ``prompt`` replaced by :meth:`Prompt.for_model` with the plan
     tokenizer's ``render_chat`` (the plain text when the model has no chat template)."""
-    render = getattr(ctx.tokenizer, "render_chat", None)
+    render = ctx.tokenizer.render_chat
     nodes, changed = [], False
     for node in plan.nodes:
-        prompt = node.config.get("prompt")
+        prompt = node.config.prompt_or_none
         if prompt is not None and prompt.messages:
             node = node.with_(config=node.config.with_(prompt=prompt.for_model(render)))
             changed = True

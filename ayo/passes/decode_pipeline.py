@@ -11,7 +11,7 @@ from .streams import streamify, takes_stream
 
 
 def _pipeline(plan: Plan, node: Node, ctx: CompileContext) -> Plan | None:
-    if node.op != Op.DECODE or node.item_port or node.config["parse"] == "text":
+    if node.op != Op.DECODE or node.item_port or node.config.parse == "text":
         return None
     if not any(takes_stream(plan, e) for e in plan.out_edges(node.id)):
         return None

@@ -9,7 +9,8 @@ engine profile's ``prefill_split_min_tokens``.
 
 from __future__ import annotations
 
-from ayo.scheduler import INPUT_ID, Edge, FrozenConfig, Node, Op, Plan, Port, PortType
+from ayo.scheduler import INPUT_ID, Edge, Node, Op, Plan, Port, PortType
+from ayo.scheduler.ir.configs import FullPrefillConfig, PartialPrefillConfig
 
 from .manager import CompileContext, Pass
 
@@ -17,7 +18,7 @@ from .manager import CompileContext, Pass
 def _split(plan: Plan, node: Node, ctx: CompileContext) -> Plan | None:
     if node.op != Op.PREFILL or node.item_port:
         return None
-    prompt = node.config["prompt"]
+    prompt = node.config.prompt
     sources = {p: plan.source(node.id, p) for p in prompt.placeholders}
     early = {p for p, e in sources.items() if e is not None and e.src == INPUT_ID}
     if early == set(prompt.placeholders):
@@ -40,7 +41,7 @@ def _split(plan: Plan, node: Node, ctx: CompileContext) -> Plan | None:
         f"{node.id}.partial",
         Op.PARTIAL_PREFILL,
         node.engine,
-        FrozenConfig(prompt=prompt, split_at=split_at),
+        PartialPrefillConfig(prompt, split_at),
         tuple(Port(p, PortType.TEXT) for p in head) + control,
         (seq,),
         node.module,
@@ -49,7 +50,7 @@ def _split(plan: Plan, node: Node, ctx: CompileContext) -> Plan | None:
         f"{node.id}.full",
         Op.FULL_PREFILL,
         node.engine,
-        FrozenConfig(prompt=prompt),
+        FullPrefillConfig(prompt),
         (seq, *(p for p in node.inputs if not p.control)),
         (seq,),
         node.module,

@@ -8,15 +8,14 @@ the query, are dropped with their edges.
 
 from __future__ import annotations
 
-from ayo.scheduler import Node, Op, Plan
-from ayo.scheduler.runtime.handlers import TEMP_COLLECTION
+from ayo.scheduler import TEMP_COLLECTION, Node, Op, Plan
 
 from .manager import CompileContext, Pass
 
 
 def _has_side_effect(node: Node) -> bool:
     return node.op in (Op.INPUT, Op.OUTPUT) or (
-        node.op == Op.INGEST and node.config["collection"] != TEMP_COLLECTION
+        node.op == Op.INGEST and node.config.collection != TEMP_COLLECTION
     )
 
 

@@ -5,13 +5,14 @@ primitives after it start on the first micro-batch; an Aggregate closes the stre
 from __future__ import annotations
 
 from ayo.scheduler import EdgeKind, Node, Plan
+from ayo.scheduler.ir.configs import BatchedConfig
 
 from .manager import CompileContext, Pass
 from .streams import item_count, streamify, takes_stream
 
 
 def _decompose(plan: Plan, node: Node, ctx: CompileContext) -> Plan | None:
-    if not (node.op.info.batchable and node.item_port) or "micro_batch" in node.config:
+    if not isinstance(node.config, BatchedConfig) or not node.item_port or node.config.micro_batch:
         return None
     feed = plan.source(node.id, node.item_port)
     if feed is None or feed.kind == EdgeKind.STREAM:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from ayo.scheduler import Edge, EdgeKind, Node, Op, Plan
 from ayo.scheduler.ir import primitives as P
+from ayo.scheduler.ir.configs import AggregateConfig, DecodeConfig, MapConfig, micro_batch
 from ayo.scheduler.ir.functions import get_map
 from ayo.workflow.core import InputShape
 
@@ -14,7 +15,7 @@ def takes_stream(plan: Plan, edge: Edge) -> bool:
     if (
         dst.op in (Op.OUTPUT, Op.AGGREGATE)
         or dst.item_port != edge.dst_port
-        or "micro_batch" in dst.config
+        or micro_batch(dst.config)
     ):
         return False
     return not any(e.kind == EdgeKind.STREAM and e != edge for e in plan.in_edges(dst.id))
@@ -65,19 +66,19 @@ def item_count(
         return item_count(plan, plan.node(e.src), ctx_shape, memo)
 
     cfg = node.config
-    if node.op == Op.MAP:
-        spec = get_map(cfg["fn"])
+    if isinstance(cfg, MapConfig):
+        spec = get_map(cfg.fn)
         first = next((p.name for p in spec.inputs if p.type.is_list), None)
-        result = spec.size(cfg, size_of(first) if first else None) if spec.size else None
+        result = spec.size(cfg.params, size_of(first) if first else None) if spec.size else None
     elif node.op in (Op.SEARCH, Op.KEYWORD_SEARCH):
         n = size_of(node.item_port)
-        result = None if n is None else n * cfg["k"]
+        result = None if n is None else n * cfg.k
     elif node.op == Op.RERANK:
-        result = cfg["top_k"]
-    elif node.op in (Op.DECODE, Op.PARTIAL_DECODE) and not node.item_port:
-        result = cfg.get("max_items") or None
-    elif node.op == Op.AGGREGATE:
-        result = size_of("items") if cfg["mode"] == "concat" else None
+        result = cfg.top_k
+    elif isinstance(cfg, DecodeConfig) and not node.item_port:
+        result = cfg.max_items or None
+    elif isinstance(cfg, AggregateConfig):
+        result = size_of("items") if cfg.mode == "concat" else None
     elif node.item_port:
         result = size_of(node.item_port)
     else:

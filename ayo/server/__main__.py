@@ -44,7 +44,10 @@ def build_parser() -> argparse.ArgumentParser:
     a("--max-document-mb", type=float, help="largest ingested document in MiB (default 16)")
     a("--shutdown-timeout-s", type=float,
       help="on SIGTERM, seconds requests in flight may take before they are cancelled (default 10)")  # fmt: skip
-    a("--max-concurrent-queries", type=int, help="queries in flight before 429 (default 64)")
+    a("--max-concurrent-queries", type=int,
+      help="queries in flight at once, OpenAI requests included (default 64); more wait")  # fmt: skip
+    a("--max-queued-queries", type=int,
+      help="queries that may wait for a slot before 429 (default 1024)")  # fmt: skip
     a("--query-timeout-s", type=float, help="deadline of a query that sets none (default 300)")
     a("--max-tokens-limit", type=int, help="largest max_tokens a request may ask (default 2048)")
     a("--log-level", help="DEBUG, INFO (default), WARNING or ERROR")

@@ -45,7 +45,9 @@ class ServerConfig:
         collection: the collection apps search when a query brings no documents.
         max_body_mb: request bodies above this are refused (413).
         max_document_mb: an ingested document whose text is larger is refused (413).
-        max_concurrent_queries: queries in flight beyond which new ones get 429.
+        max_concurrent_queries: queries in flight at once (app queries, OpenAI completions and
+            embeddings, collection searches); more wait for a slot, under their deadline.
+        max_queued_queries: queries that may wait for a slot; beyond it a new one gets 429.
         query_timeout_s: a query's deadline when the request gives none (never hang).
         max_tokens_limit: the largest ``max_tokens`` an OpenAI-style request may ask for.
         shutdown_timeout_s: on SIGTERM, how long requests in flight may take before they are
@@ -82,6 +84,7 @@ class ServerConfig:
     max_body_mb: float = 16.0
     max_document_mb: float = 16.0
     max_concurrent_queries: int = 64
+    max_queued_queries: int = 1024
     query_timeout_s: float = 300.0
     max_tokens_limit: int = 2048
     shutdown_timeout_s: float = 10.0
@@ -101,6 +104,8 @@ class ServerConfig:
             raise ValueError(
                 f"max_concurrent_queries must be >= 1, got {self.max_concurrent_queries}"
             )
+        if self.max_queued_queries < 0:
+            raise ValueError(f"max_queued_queries must be >= 0, got {self.max_queued_queries}")
         if self.query_timeout_s <= 0:
             raise ValueError(f"query_timeout_s must be > 0 seconds, got {self.query_timeout_s}")
         if self.max_tokens_limit < 1:

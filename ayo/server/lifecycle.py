@@ -14,15 +14,15 @@ import logging
 import os
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from ayo.server.config import ServerConfig
-from ayo.server.state import Admission, ServerState
+from ayo.server.state import ServerState
+
+if TYPE_CHECKING:
+    from ayo.defaults import DefaultEngines, EngineOptions
 
 log = logging.getLogger(__name__)
-
-DEFAULT_LLM_ID = "smollm2-135m-instruct"
-DEFAULT_EMBEDDER_ID = "all-minilm-l6-v2"
 
 
 def _model_id(name: str, default: str) -> str:
@@ -33,121 +33,80 @@ def _model_id(name: str, default: str) -> str:
     return base.removesuffix(".gguf") or name
 
 
-def build_engines(config: ServerConfig, **llm_options: Any) -> tuple[Any, Any, Any]:
-    """Load the LLM and the embedder and open the RetrievalStore (blocking, seconds).
+def engine_options(config: ServerConfig) -> EngineOptions:
+    """The default engines the server runs (``ayo.defaults``), from its config."""
+    from ayo.defaults import EngineOptions
 
-    Raises:
-        RuntimeError: a model or package is missing (the message names it and the fix).
-    """
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    from ayo.engines import Embedder, RetrievalStore
-    from ayo.engines.llm import LLMEngine
-
-    try:
-        embedder = Embedder.from_model(config.embedder)
-        llm = LLMEngine.from_model(config.model, **{"dtype": config.dtype, **llm_options})
-    except Exception as exc:  # ModelNotFound, a broken file: say which and stop
-        raise RuntimeError(f"could not load a model: {exc}") from exc
-    config.data_path.mkdir(parents=True, exist_ok=True)
-    store = RetrievalStore(config.data_path, embedder)
-    return llm, embedder, store
-
-
-def make_state(config: ServerConfig, llm: Any, embedder: Any, store: Any) -> ServerState:
-    """The runtime over already loaded engines (the apps search ``config.collection``)."""
-    from ayo.adapters import (
-        EmbedderAdapter,
-        LLMAdapter,
-        RerankerAdapter,
-        StoreIndex,
-        StoreKeywordIndex,
+    return EngineOptions(
+        model=config.model,
+        dtype=config.dtype,
+        embedder=config.embedder,
+        data_dir=config.data_path,
+        collection=config.collection,
     )
+
+
+def make_state(config: ServerConfig, engines: DefaultEngines) -> ServerState:
+    """The runtime over already loaded engines (the apps search ``config.collection``), with
+    ``config.placement`` applied (remote instances are built on their nodes when the App
+    starts)."""
     from ayo.app import App
-    from ayo.engines import Reranker
+    from ayo.defaults import DEFAULT_EMBEDDER, DEFAULT_LLM, placed
+    from ayo.engines.llm.loader import resolve_model_path
     from ayo.profiling import engine_profile_path, stored_profiles
 
+    llm, embedder = engines.llm, engines.embedder
     profiles = stored_profiles(engine_profile_path(config.data_path, config.model, llm))
     if not profiles and config.profile_engines:
         log.info("the engines are measured once the corpus is in (first start on this machine)")
-    app = App(max_queries=config.max_concurrent_queries, profiles=profiles)
-    llm_adapter = LLMAdapter(llm)
-    engines = {
-        "llm": llm_adapter,
-        "judge": llm_adapter,
-        "embedder": EmbedderAdapter(embedder),
-        "index": StoreIndex(store, config.collection),
-        "keyword": StoreKeywordIndex(store, config.collection),
-        "reranker": RerankerAdapter(Reranker.from_model(embedder=embedder)),
-    }
-    for name, instances in placed_engines(config, engines).items():
-        engines[name] = instances
-    engines["judge"] = engines["llm"]  # the judge shares the LLM, wherever it runs
-    for name, engine in engines.items():
-        app.add_engine(name, engine)
-    from ayo.engines.llm.loader import resolve_model_path
-
+    app = App(
+        max_queries=config.max_concurrent_queries,
+        max_waiting=config.max_queued_queries,
+        profiles=profiles,
+    )
+    for name, instances in placed(engines, config.placements()).items():
+        app.add_engine(name, instances)
     loaded = {
         "llm": {
-            "id": _model_id(config.model, DEFAULT_LLM_ID),
+            "id": _model_id(config.model, DEFAULT_LLM),
             "path": str(resolve_model_path(config.model)),
             "dtype": llm.config.dtype,
             "max_model_len": llm.max_model_len,
         },
         "embedder": {
-            "id": _model_id(config.embedder, DEFAULT_EMBEDDER_ID),
-            "path": str(getattr(embedder, "model_path", config.embedder)),
+            "id": _model_id(config.embedder, DEFAULT_EMBEDDER),
+            "path": str(embedder.model_path),
             "dim": embedder.dim,
         },
         "data_dir": str(config.data_path),
     }
-    admission = Admission(config.max_concurrent_queries)
     # Ingest embeds yield the shared cores to requests in flight (engines/base.py bounds the wait)
-    embedder.background_gate = lambda: app.in_flight == 0 and admission.in_flight == 0
+    embedder.background_gate = lambda: app.in_flight == 0
     return ServerState(
         app=app,
-        llm=llm,
-        embedder=embedder,
-        store=store,
+        engines=engines,
         config=config,
         llm_id=loaded["llm"]["id"],
         embedder_id=loaded["embedder"]["id"],
-        admission=admission,
         loaded=loaded,
     )
 
 
-def placed_engines(config: ServerConfig, local: dict[str, Any]) -> dict[str, list[Any]]:
-    """The instances ``config.placement`` asks for, by engine name: the already loaded local
-    engine for ``"local"``, a :class:`~ayo.remote.RemoteEngine` for a Ray node (built there
-    by the same model options as the local one)."""
-    import functools
-
-    from ayo.adapters import default_embedder, default_llm, default_reranker
-    from ayo.cluster import place
-
-    factories = {
-        "llm": functools.partial(default_llm, config.model, dtype=config.dtype),
-        "embedder": functools.partial(default_embedder, model=config.embedder),
-        "reranker": functools.partial(default_reranker, embedder=config.embedder),
-    }
-    out = {}
-    for name, placements in config.placements().items():
-        out[name] = place(name, factories[name], placements, name, local=local[name])
-    return out
-
-
-async def build_state(config: ServerConfig, **llm_options: Any) -> ServerState:
+async def build_state(config: ServerConfig) -> ServerState:
     """Load everything in a thread (the loop stays live), join the Ray cluster if the placement
     asks for one, build the runtime and start it (a remote engine loads on its node)."""
-    llm, embedder, store = await asyncio.to_thread(build_engines, config, **llm_options)
+    from ayo.defaults import load_default_engines
+
+    engines = await asyncio.to_thread(load_default_engines, engine_options(config))
     if config.remote_placed:
         from ayo.cluster import connect
 
         connect(config.ray_address)
         log.info("joined the Ray cluster at %s; placement %s", config.ray_address,
                  {k: [p.to_json() for p in v] for k, v in config.placements().items()})  # fmt: skip
-    state = make_state(config, llm, embedder, store)
+    state = make_state(config, engines)
     await state.app.start()
+    llm = engines.llm
     log.info(
         "loaded LLM %s (%s%s, context %d tokens) from %s",
         state.llm_id,
@@ -159,7 +118,7 @@ async def build_state(config: ServerConfig, **llm_options: Any) -> ServerState:
     log.info(
         "loaded embedder %s (dim %d) from %s",
         state.embedder_id,
-        embedder.dim,
+        engines.embedder.dim,
         state.loaded["embedder"]["path"],
     )
     log.info("data directory: %s", config.data_path)
@@ -267,6 +226,5 @@ async def close_state(state: ServerState) -> None:
             from ayo.remote import _ray
 
             _ray().shutdown()  # leaves the cluster; its nodes keep running
-        await asyncio.to_thread(state.store.close)
-        await asyncio.to_thread(state.embedder.close)
+        await asyncio.to_thread(state.engines.close)
         log.info("closed the engines; the data directory %s is flushed", state.config.data_path)

@@ -4,14 +4,16 @@
 Existing OpenAI clients work unchanged (``openai.AsyncOpenAI(base_url=URL + "/v1")``). Model ids:
 the LLM (``smollm2-135m-instruct``), the embedder (``all-minilm-l6-v2``) and ``app:NAME`` for
 every app: on chat completions, an app model runs that app on the last user message and answers
-with its ``answer`` output. LLM requests go straight to the raw engine, whose continuous batching
-shares the model with the apps' LLM primitives; each holds one of the server's admission slots
-(429 when all are taken). Chat prompts are rendered with the model's own chat template (the
-SmolLM2 GGUF carries its ChatML template) and tokenized once.
+with its ``answer`` output. Every request is a query of the App, as an app query is (the
+``@completion`` and ``@embedding`` workflows, ``ayo.apps.completion``): the same query slots
+(waiting in line when all are taken; 429 when the line is full), the same engine schedulers and
+step order, the same metrics and traces. Chat prompts are rendered with the model's own chat
+template (the SmolLM2 GGUF carries its ChatML template) and tokenized once.
 """
 
 from __future__ import annotations
 
+import asyncio
 import base64
 
 import numpy as np
@@ -60,14 +62,14 @@ async def embeddings(request: web.Request) -> web.Response:
     dims = field(body, "dimensions", int, None)
     if dims is not None and dims != state.embedder.dim:
         raise bad_request(f"field 'dimensions' must be {state.embedder.dim} for {model!r}")
-    with state.admission.slot():
-        try:
-            batch = await state.embedder.embed_batch(texts)
-        except Exception as exc:
-            from ayo.server.mapping import to_api_error
+    try:
+        vectors = np.asarray(
+            await state.app.embed(texts, deadline=state.config.query_timeout_s), dtype=np.float32
+        )
+    except Exception as exc:
+        from ayo.server.mapping import to_api_error
 
-            raise to_api_error(exc) from None
-    vectors = np.asarray(batch.vectors, dtype=np.float32)
+        raise to_api_error(exc) from None
     data = [
         {
             "object": "embedding",
@@ -76,7 +78,8 @@ async def embeddings(request: web.Request) -> web.Response:
         }
         for i, vec in enumerate(vectors)
     ]
-    used = int(np.minimum(batch.num_tokens, state.embedder.max_length).sum())
+    counts = await asyncio.to_thread(state.embedder.count_tokens, texts)
+    used = int(np.minimum(counts, state.embedder.max_length).sum())
     return web.json_response(
         {
             "object": "list",

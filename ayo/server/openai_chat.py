@@ -22,9 +22,8 @@ from typing import Any
 
 from aiohttp import web
 
-from ayo.scheduler.runtime.handlers import OFFLOAD_CHARS
 from ayo.server.errors import ApiError, bad_request, read_json
-from ayo.server.openai_generate import encode_prompt, fit_sampling, generate
+from ayo.server.openai_generate import OFFLOAD_CHARS, encode_prompt, fit_sampling, generate
 from ayo.server.openai_requests import (
     COMPLETIONS_DEFAULT_MAX_TOKENS,
     StreamOptions,
@@ -49,7 +48,7 @@ async def _render(llm: Any, messages: list[dict[str, Any]]) -> list[int]:
 
 
 def count_tokens(llm: Any, text: str) -> int:
-    return len(llm.tokenizer(text, add_special_tokens=False)["input_ids"]) if text else 0
+    return len(llm.tokenizer.encode(text))
 
 
 # ---- /v1/completions ----------------------------------------------------------------------
@@ -61,15 +60,14 @@ async def completions(request: web.Request) -> web.StreamResponse:
     model = parse_model(body)
     check_model(state, model, "llm")
     prompts = parse_prompts(body)
-    sampling = parse_sampling(
-        body,
-        default_max_tokens=COMPLETIONS_DEFAULT_MAX_TOKENS,
-        limit=state.config.max_tokens_limit,
+    limit = state.config.max_tokens_limit
+    params, max_tokens = parse_sampling(
+        body, default_max_tokens=COMPLETIONS_DEFAULT_MAX_TOKENS, limit=limit
     )
     opts = parse_stream(body)
     llm = state.llm
     ids = [await encode_prompt(llm, p) for p in prompts]
-    params = fit_sampling(llm, [len(i) for i in ids], sampling, state.config.max_tokens_limit)
+    params = fit_sampling(llm, [len(i) for i in ids], params, max_tokens, limit)
     head = {
         "id": new_id("cmpl"),
         "object": "text_completion",
@@ -77,32 +75,31 @@ async def completions(request: web.Request) -> web.StreamResponse:
         "model": model,
     }
     n_prompt = sum(len(i) for i in ids)
-    with state.admission.slot():
-        pieces = generate(llm, ids, params)
-        if not opts.stream:
-            texts, reasons, counts = [""] * len(ids), [None] * len(ids), [0] * len(ids)
-            async for p in pieces:
-                texts[p.index] += p.text
-                if p.finish_reason is not None:
-                    reasons[p.index], counts[p.index] = p.finish_reason, p.completion_tokens
-            choices = [
-                {"index": i, "text": t, "logprobs": None, "finish_reason": r}
-                for i, (t, r) in enumerate(zip(texts, reasons))
-            ]
-            return web.json_response(
-                {**head, "choices": choices, "usage": usage_json(n_prompt, sum(counts))}
-            )
+    pieces = generate(state.app, ids, params, state.config.query_timeout_s)
+    if not opts.stream:
+        texts, reasons, counts = [""] * len(ids), [None] * len(ids), [0] * len(ids)
+        async for p in pieces:
+            texts[p.index] += p.text
+            if p.finish_reason is not None:
+                reasons[p.index], counts[p.index] = p.finish_reason, p.completion_tokens
+        choices = [
+            {"index": i, "text": t, "logprobs": None, "finish_reason": r}
+            for i, (t, r) in enumerate(zip(texts, reasons))
+        ]
+        return web.json_response(
+            {**head, "choices": choices, "usage": usage_json(n_prompt, sum(counts))}
+        )
 
-        def chunk(p: Any) -> dict[str, Any]:
-            choice = {
-                "index": p.index,
-                "text": p.text,
-                "logprobs": None,
-                "finish_reason": p.finish_reason,
-            }
-            return {**head, "choices": [choice]}
+    def chunk(p: Any) -> dict[str, Any]:
+        choice = {
+            "index": p.index,
+            "text": p.text,
+            "logprobs": None,
+            "finish_reason": p.finish_reason,
+        }
+        return {**head, "choices": [choice]}
 
-        return await stream_chunks(request, pieces, chunk, head, opts, n_prompt)
+    return await stream_chunks(request, pieces, chunk, head, opts, n_prompt)
 
 
 # ---- /v1/chat/completions -----------------------------------------------------------------
@@ -114,7 +111,8 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     model = parse_model(body)
     kind = check_model(state, model, "chat")
     messages = parse_messages(body)
-    sampling = parse_sampling(body, default_max_tokens=None, limit=state.config.max_tokens_limit)
+    limit = state.config.max_tokens_limit
+    params, max_tokens = parse_sampling(body, default_max_tokens=None, limit=limit)
     opts = parse_stream(body)
     head = {
         "id": new_id("chatcmpl"),
@@ -125,7 +123,7 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     if kind == "app":
         return await _app_chat(request, state, model.removeprefix("app:"), messages, head, opts)
     llm = state.llm
-    if getattr(llm.tokenizer, "chat_template", None) is None:
+    if not llm.tokenizer.has_chat_template:
         raise bad_request(f"model {model!r} has no chat template: use /v1/completions")
     from ayo.engines.llm import ContextLengthExceeded
 
@@ -137,17 +135,16 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
         raise bad_request(
             f"field 'messages' does not fit the model's chat template: {exc}"
         ) from None
-    params = fit_sampling(llm, [len(ids)], sampling, state.config.max_tokens_limit)
-    with state.admission.slot():
-        pieces = generate(llm, [ids], params)
-        if not opts.stream:
-            text, reason, count = "", None, 0
-            async for p in pieces:
-                text += p.text
-                if p.finish_reason is not None:
-                    reason, count = p.finish_reason, p.completion_tokens
-            return web.json_response(_chat_body(head, text, reason, usage_json(len(ids), count)))
-        return await _chatstream_chunks(request, pieces, head, opts, len(ids))
+    params = fit_sampling(llm, [len(ids)], params, max_tokens, limit)
+    pieces = generate(state.app, [ids], params, state.config.query_timeout_s)
+    if not opts.stream:
+        text, reason, count = "", None, 0
+        async for p in pieces:
+            text += p.text
+            if p.finish_reason is not None:
+                reason, count = p.finish_reason, p.completion_tokens
+        return web.json_response(_chat_body(head, text, reason, usage_json(len(ids), count)))
+    return await _chatstream_chunks(request, pieces, head, opts, len(ids))
 
 
 def _chat_body(head: dict[str, Any], text: str, reason: str | None, usage: dict) -> dict:
@@ -202,7 +199,7 @@ async def _app_chat(
     n_prompt = count_tokens(state.llm, question)
     if not opts.stream:
         try:
-            result = await state.app.run(name, inputs, deadline=deadline, wait=False)
+            result = await state.app.run(name, inputs, deadline=deadline)
         except Exception as exc:
             raise to_api_error(exc) from None
         answer = str(result.outputs.get("answer", ""))
@@ -211,7 +208,7 @@ async def _app_chat(
 
     async def pieces() -> AsyncIterator[Piece]:
         answer = ""
-        events = state.app.stream(name, inputs, deadline=deadline, wait=False)
+        events = state.app.stream(name, inputs, deadline=deadline)
         try:
             async for event in events:
                 if event.result is not None:

@@ -1,22 +1,26 @@
-"""Running OpenAI-style generations on the raw LLM engine.
+"""Running OpenAI-style generations through the runtime.
 
-Each prompt is one engine sequence: ``open`` -> ``prefill`` -> ``decode`` -> ``close``. The engine
-batches these with everything else it runs (the apps' LLM primitives included). Leaving a
-generation early (client gone, error) aborts the decode and closes the sequence, so its KV
-blocks are freed within an engine step.
+Each prompt is one query of the ``@completion`` workflow (``ayo.apps.completion``: one Generate
+primitive, a prefill and a decode on a sequence of its own), run by the App as any app query is:
+it holds one of the App's query slots (waiting for one when all are taken, 429 only when the
+line is full), its LLM work is ordered by the runtime's policy in the engine's steps, and it
+shows in ``/metrics`` and traces. Leaving a generation early (client gone, error) cancels the
+query, which closes its sequence: its KV blocks are freed within an engine step.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ayo.scheduler.runtime.handlers import OFFLOAD_CHARS
+from ayo.engines.llm.sampling import SamplingParams
 from ayo.server.errors import ApiError
-from ayo.server.openai_requests import Sampling
+
+OFFLOAD_CHARS = 64 * 1024  # a prompt longer than this is tokenized off the event loop
 
 
 @dataclass(frozen=True)
@@ -31,16 +35,10 @@ class Piece:
 
 
 def engine_error(exc: BaseException) -> ApiError:
-    """The HTTP error for an LLM-engine exception."""
-    from ayo.engines.llm import ContextLengthExceeded, EngineClosed, InvalidRequest
+    """The HTTP error for a failed generation (the runtime's and the engine's errors)."""
+    from ayo.server.mapping import to_api_error
 
-    if isinstance(exc, ContextLengthExceeded):
-        return ApiError(422, "context_length_exceeded", str(exc))
-    if isinstance(exc, InvalidRequest):
-        return ApiError(400, "invalid_request_error", str(exc))
-    if isinstance(exc, EngineClosed):
-        return ApiError(503, "unavailable", "the LLM engine is stopped (server shutting down)")
-    return ApiError(500, "server_error", f"the LLM engine failed: {type(exc).__name__}")
+    return to_api_error(exc)
 
 
 async def encode_prompt(llm: Any, prompt: str | list[int]) -> list[int]:
@@ -66,13 +64,17 @@ def _empty() -> list[int]:
     raise ApiError(400, "invalid_request_error", "field 'prompt' encodes to no tokens")
 
 
-def fit_sampling(llm: Any, prompt_lengths: Sequence[int], sampling: Sampling, limit: int):
-    """The engine's ``SamplingParams`` after checking lengths against the context window:
+def fit_sampling(
+    llm: Any,
+    prompt_lengths: Sequence[int],
+    params: SamplingParams,
+    max_tokens: int | None,
+    limit: int,
+) -> SamplingParams:
+    """``params`` with its ``max_tokens`` after checking lengths against the context window:
     422 when a prompt leaves no room, 400 when ``max_tokens`` exceeds the window or ``limit``.
     A prompt plus ``max_tokens`` beyond the window is served, ending with ``length`` at the
     window. ``max_tokens`` None: what is left of the window, at most ``limit``."""
-    from ayo.engines.llm import SamplingParams
-
     window = llm.max_model_len
     longest = max(prompt_lengths)
     if longest >= window:
@@ -83,52 +85,48 @@ def fit_sampling(llm: Any, prompt_lengths: Sequence[int], sampling: Sampling, li
             "shorten the prompt (or the messages)",
         )
     most = min(window, limit)
-    max_tokens = sampling.max_tokens or min(limit, window - longest)
-    if max_tokens > most:
+    asked = max_tokens or min(limit, window - longest)
+    if asked > most:
         raise ApiError(
             400,
             "invalid_request_error",
-            f"field 'max_tokens' is {max_tokens}; at most {most} (context window {window}, "
+            f"field 'max_tokens' is {asked}; at most {most} (context window {window}, "
             f"server limit {limit})",
         )
-    return SamplingParams(
-        max_tokens=max_tokens,
-        temperature=sampling.temperature,
-        top_k=sampling.top_k,
-        top_p=sampling.top_p,
-        seed=sampling.seed,
-        stop=sampling.stop,
-        ignore_eos=sampling.ignore_eos,
-        repetition_penalty=sampling.repetition_penalty,
-        frequency_penalty=sampling.frequency_penalty,
-        presence_penalty=sampling.presence_penalty,
+    return dataclasses.replace(params, max_tokens=asked)
+
+
+async def generate_one(
+    app: Any, index: int, ids: list[int], params: SamplingParams, deadline: float
+) -> AsyncIterator[Piece]:
+    """Pieces of one prompt's generation (one ``@completion`` query); leaving early cancels
+    the query."""
+    pieces: asyncio.Queue[str | None] = asyncio.Queue()
+    query = asyncio.ensure_future(
+        app.complete(ids, params, deadline=deadline, on_piece=pieces.put_nowait)
     )
-
-
-async def generate_one(llm: Any, index: int, ids: list[int], params: Any) -> AsyncIterator[Piece]:
-    """Pieces of one prompt's generation; the sequence is closed however this ends."""
-    seq = await llm.open()
+    query.add_done_callback(lambda _: pieces.put_nowait(None))
     try:
-        await llm.prefill(seq, ids)
-        stream = llm.decode(seq, params)
-        try:
-            async for piece in stream:
-                if piece.text:
-                    yield Piece(index, piece.text)
-        finally:
-            await stream.aclose()  # aborts the decode when we leave early
-        end = stream.end
+        while (text := await pieces.get()) is not None:
+            if text:
+                yield Piece(index, text)
+        end = query.result()
         yield Piece(index, "", end.finish_reason, len(end.token_ids))
     finally:
-        await llm.close(seq)
+        if not query.done():
+            query.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await query
 
 
-async def generate(llm: Any, prompts: list[list[int]], params: Any) -> AsyncIterator[Piece]:
+async def generate(
+    app: Any, prompts: list[list[int]], params: SamplingParams, deadline: float
+) -> AsyncIterator[Piece]:
     """Pieces of every prompt's generation, interleaved as they are produced (all prompts run
-    at once). Engine errors become ``ApiError``; leaving early cancels every generation."""
+    at once). Errors become ``ApiError``; leaving early cancels every generation."""
     if len(prompts) == 1:
         try:
-            async for piece in generate_one(llm, 0, prompts[0], params):
+            async for piece in generate_one(app, 0, prompts[0], params, deadline):
                 yield piece
         except ApiError:
             raise
@@ -139,7 +137,7 @@ async def generate(llm: Any, prompts: list[list[int]], params: Any) -> AsyncIter
 
     async def pump(i: int, ids: list[int]) -> None:
         try:
-            async for piece in generate_one(llm, i, ids, params):
+            async for piece in generate_one(app, i, ids, params, deadline):
                 queue.put_nowait(piece)
         except Exception as exc:
             queue.put_nowait(exc)

@@ -16,6 +16,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
+from ayo.engines.llm.sampling import SamplingParams
 from ayo.server.errors import ApiError, bad_request, field, integral, not_found, number_in
 from ayo.server.openapi import PROMPT_CHARACTER
 from ayo.server.state import ServerState
@@ -24,22 +25,6 @@ MAX_STOP_STRINGS = 16
 MAX_SEED = 2**63 - 1  # torch generators take a signed 64-bit seed
 MAX_TOP_K = 1 << 20
 COMPLETIONS_DEFAULT_MAX_TOKENS = 16  # OpenAI's default for /v1/completions
-
-
-@dataclass(frozen=True)
-class Sampling:
-    """What a completion asks of the engine (``max_tokens`` None: up to the server's limit)."""
-
-    max_tokens: int | None
-    temperature: float
-    top_p: float
-    top_k: int
-    seed: int | None
-    stop: tuple[str, ...]
-    ignore_eos: bool
-    repetition_penalty: float = 1.0
-    frequency_penalty: float = 0.0
-    presence_penalty: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -61,10 +46,13 @@ def parse_stream(body: dict[str, Any]) -> StreamOptions:
 
 
 def parse_sampling(
-    body: dict[str, Any], *, default_max_tokens: int | None, limit: int | None = None
-) -> Sampling:
-    """Sampling fields of a completion or chat request, range-checked (``max_tokens`` and
-    ``max_completion_tokens`` within 1..``limit``, the server's max_tokens_limit)."""
+    body: dict[str, Any], *, default_max_tokens: int | None, limit: int
+) -> tuple[SamplingParams, int | None]:
+    """The sampling fields of a completion or chat request, range-checked (``max_tokens`` and
+    ``max_completion_tokens`` within 1..``limit``, the server's max_tokens_limit), as the
+    engine's :class:`SamplingParams`, and the ``max_tokens`` asked for (None: as many as the
+    context window leaves, at most ``limit``: ``fit_sampling`` sets it once the prompt's length
+    is known; until then the params carry ``limit``)."""
     _refuse_unsupported(body)
     max_tokens = field(body, "max_completion_tokens", int, None)
     if max_tokens is None:
@@ -89,8 +77,8 @@ def parse_sampling(
     for name in ("frequency_penalty", "presence_penalty"):
         penalties[name] = field(body, name, float, 0.0)
         number_in(penalties[name], name, -2.0, 2.0)
-    return Sampling(
-        max_tokens=max_tokens,
+    params = SamplingParams(
+        max_tokens=max_tokens or limit,
         temperature=temperature,
         top_p=top_p,
         top_k=max(top_k, 0),
@@ -100,6 +88,7 @@ def parse_sampling(
         repetition_penalty=repetition_penalty,
         **penalties,
     )
+    return params, max_tokens
 
 
 def parse_stop(body: dict[str, Any]) -> tuple[str, ...]:

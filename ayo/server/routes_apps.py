@@ -8,7 +8,7 @@ from typing import Any
 
 from aiohttp import web
 
-from ayo.scheduler import PortType
+from ayo.scheduler import PortType, plan_to_json
 from ayo.server.errors import (
     ApiError,
     bad_request,
@@ -96,7 +96,7 @@ async def list_apps(request: web.Request) -> web.Response:
                 "description": getattr(target, "description", ""),
                 "model": f"app:{name}",
                 "inputs": [vars(i) for i in inputs],
-                "plan": plan.to_json(),
+                "plan": plan_to_json(plan),
             }
         )
     return web.json_response({"apps": apps})
@@ -104,14 +104,14 @@ async def list_apps(request: web.Request) -> web.Response:
 
 async def plan_svg(request: web.Request) -> web.Response:
     """The plan drawn by Graphviz (501 when ``dot`` is not installed)."""
-    from ayo.scheduler.ir.render import render_with_dot
+    from ayo.scheduler.ir.render import plan_to_dot, render_with_dot
 
     state = request.app[STATE]
     name = request.match_info["name"]
     inputs = app_inputs(state, name)
     plan = state.app.plan(name, example_inputs(inputs), optimize=_optimize_param(request))
     try:
-        svg = await asyncio.to_thread(render_with_dot, plan.to_dot(), "svg")
+        svg = await asyncio.to_thread(render_with_dot, plan_to_dot(plan), "svg")
     except RuntimeError as exc:
         raise ApiError(501, "not_implemented", str(exc)) from None
     return web.Response(body=svg, content_type="image/svg+xml")
@@ -194,9 +194,7 @@ async def query(request: web.Request) -> web.StreamResponse:
 
         return await stream_query(request, state, q)
     try:
-        result = await state.app.run(
-            q.app, q.inputs, optimize=q.optimize, deadline=q.deadline, wait=False
-        )
+        result = await state.app.run(q.app, q.inputs, optimize=q.optimize, deadline=q.deadline)
     except Exception as exc:
         raise to_api_error(exc) from None
     return web.json_response(result_json(result, q.trace), dumps=dumps)

@@ -8,6 +8,8 @@ from typing import Any
 
 from aiohttp import web
 
+from ayo.scheduler import DeadlineExceeded
+from ayo.scheduler.batching.engine_scheduler import QueueFull
 from ayo.server.errors import (
     ApiError,
     bad_request,
@@ -201,11 +203,11 @@ async def search(request: web.Request) -> web.Response:
         raise bad_request("field 'query' must be a non-empty string or array of strings")
     k = field(body, "k", int, 5)
     number_in(k, "k", 1, 100)
-    with state.admission.slot():
-        try:
+    try:
+        async with state.app.slot(state.config.query_timeout_s):
             hits = await state.store.search(name, queries, k)
-        except InvalidRequest as exc:
-            raise to_api_error(exc) from None
+    except (InvalidRequest, QueueFull, DeadlineExceeded) as exc:
+        raise to_api_error(exc) from None
     return web.json_response(
         {
             "results": [

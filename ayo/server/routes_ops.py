@@ -26,8 +26,8 @@ class EngineCollector(Collector):
         inflight = GaugeMetricFamily(
             "ayo_server_in_flight", "Requests in flight by kind", labels=["kind"]
         )
-        inflight.add_metric(["app_query"], state.app.in_flight)
-        inflight.add_metric(["engine_request"], state.admission.in_flight)
+        inflight.add_metric(["query"], state.app.in_flight)
+        inflight.add_metric(["waiting"], state.app.waiting)
         yield inflight
         embedded = GaugeMetricFamily(
             "ayo_corpus_embedded_at_startup", "Corpus documents embedded while starting"
@@ -35,8 +35,6 @@ class EngineCollector(Collector):
         embedded.add_metric([], state.embedded_at_startup)
         yield embedded
         yield from _instance_metrics(state.instances)
-        if state.llm is None:
-            return
         s = state.llm.stats()
         yield _gauge("ayo_llm_kv_blocks_used", "KV blocks held by live sequences", s.used_blocks)
         yield _gauge(
@@ -109,7 +107,8 @@ async def health(request: web.Request) -> web.Response:
             "apps": state.app_names,
             "collection": state.config.collection,
             "embedded_at_startup": state.embedded_at_startup,
-            "in_flight": state.app.in_flight + state.admission.in_flight,
+            "in_flight": state.app.in_flight,
+            "waiting": state.app.waiting,
         }
     )
 

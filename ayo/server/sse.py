@@ -38,7 +38,7 @@ def sse_event(event: str, data: Any) -> bytes:
 async def stream_query(request: web.Request, state: ServerState, q: Any) -> web.StreamResponse:
     from ayo.server.routes_apps import result_json
 
-    events = state.app.stream(q.app, q.inputs, optimize=q.optimize, deadline=q.deadline, wait=False)
+    events = state.app.stream(q.app, q.inputs, optimize=q.optimize, deadline=q.deadline)
     async with contextlib.aclosing(events):
         try:
             event = await anext(events)

@@ -4,7 +4,7 @@ from ayo.scheduler import Prompt
 
 from .control import Aggregate, Condition, Map, Primitive
 from .core import InputShape, Module, ModuleHandle, PortRef, Workflow, WorkflowBuilder
-from .llm_modules import Judge, QueryExpansion, Synthesis
+from .llm_modules import Generate, Judge, QueryExpansion, Synthesis
 from .lowering import Lowering, Source, lower
 from .modules import TEMP, Embed, Indexing, KeywordSearch, Rerank, Search
 
@@ -13,6 +13,7 @@ __all__ = [
     "Aggregate",
     "Condition",
     "Embed",
+    "Generate",
     "Indexing",
     "InputShape",
     "Judge",

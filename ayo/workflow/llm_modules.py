@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from ayo.scheduler import GREEDY, PlanError, PortType, Prompt, Sampling
+from ayo.scheduler import PlanError, PortType, Prompt, SamplingParams
 from ayo.scheduler.ir import primitives as P
 
 from .core import Module, PortRef, freeze_bindings
@@ -25,7 +25,7 @@ def llm_call(
     parse: str = "text",
     max_items: int = 0,
     stop: tuple[str, ...] = (),
-    sampling: Sampling = GREEDY,
+    sampling: SamplingParams | None = None,
     max_sentences: int = 0,
 ) -> Source:
     """Prefill ``prompt`` with ``sources`` (DocList sources are formatted first), then Decode."""
@@ -97,7 +97,7 @@ class QueryExpansion(_LLMModule):
     max_tokens: int = 64
     parse: str = "lines"
     stop: tuple[str, ...] = ()
-    sampling: Sampling = GREEDY
+    sampling: SamplingParams | None = None
 
     def __post_init__(self) -> None:
         self._freeze()
@@ -183,7 +183,7 @@ class Synthesis(_LLMModule):
     refine_prompt: Prompt | None = None
     combine_prompt: Prompt | None = None
     stop: tuple[str, ...] = ()
-    sampling: Sampling = GREEDY
+    sampling: SamplingParams | None = None
     max_sentences: int = 0
 
     def __post_init__(self) -> None:
@@ -266,3 +266,28 @@ class Synthesis(_LLMModule):
                 k += 1
             level = merged + level[len(level) - len(level) % 2 :]
         return {"answer": level[0]}
+
+
+@dataclass(frozen=True)
+class Generate(Module):
+    """A prompt given as token ids (``prompt``, Any) decoded under per-request sampling
+    parameters (``params``, Any: a ``SamplingParams``): output ``completion`` (the decode's
+    end: text, finish reason, token counts). The OpenAI endpoints' workflow: one Generate
+    primitive, a prefill and a decode on a sequence of its own."""
+
+    id: str
+    prompt: PortRef
+    params: PortRef
+    llm: str = "llm"
+
+    def refs(self) -> dict[str, PortRef]:
+        return {"prompt": self.prompt, "params": self.params}
+
+    def output_types(self, types: Mapping[str, PortType]) -> dict[str, PortType]:
+        return {"completion": PortType.ANY}
+
+    def lower(self, b: Lowering) -> dict[str, Source]:
+        node = b.add(P.generate(f"{self.id}.generate", self.llm))
+        b.wire(b.src(self.prompt), node, "prompt")
+        b.wire(b.src(self.params), node, "params")
+        return {"completion": b.out(node)}

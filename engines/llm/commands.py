@@ -6,7 +6,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from .config import SamplingParams
+from .sampling import SamplingParams
 
 
 @dataclass
@@ -30,9 +30,14 @@ class Open(Command):
 
 @dataclass
 class Prefill(Work):
+    """Append ``token_ids``; ``on_done`` once their KV is computed. ``background``: nobody
+    waits for them: computed in a step with nothing else to do, or together with the
+    sequence's next prefill or decode, whichever comes first."""
+
     token_ids: list[int]
     on_done: Callable[[], None] | None = None
     on_error: Callable[[BaseException], None] | None = None
+    background: bool = False
 
 
 @dataclass

@@ -1,9 +1,10 @@
-"""Validated configuration dataclasses: the model's shape, the engine's limits, sampling."""
+"""Validated configuration dataclasses: the model's shape and the engine's limits (sampling:
+``sampling.py``)."""
 
 from __future__ import annotations
 
 import platform
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 
@@ -108,6 +109,8 @@ class EngineConfig:
         num_threads: torch intra-op threads for the worker; ``None`` leaves torch's default.
         attention: ``"auto"`` (the matmul path on CPU, ``ayo.kernels`` elsewhere), ``"kernels"``
             or ``"matmul"`` (see ``engines/llm/attention.py``).
+        max_new_tokens: a cap on every decode's ``max_tokens`` (None: as each asks), e.g. to
+            keep a CPU benchmark tractable; it applies to optimized and unoptimized plans alike.
     """
 
     dtype: str = "float32"
@@ -120,6 +123,7 @@ class EngineConfig:
     enable_prefix_caching: bool = True
     num_threads: int | None = None
     attention: str = "auto"
+    max_new_tokens: int | None = None
 
     def __post_init__(self) -> None:
         if self.dtype == "auto":
@@ -141,84 +145,9 @@ class EngineConfig:
             raise InvalidRequest(f"kv_cache_gib must be > 0, got {self.kv_cache_gib}")
         if self.max_model_len is not None and self.max_model_len < 2:
             raise InvalidRequest(f"max_model_len must be >= 2, got {self.max_model_len}")
+        if self.max_new_tokens is not None and self.max_new_tokens < 1:
+            raise InvalidRequest(f"max_new_tokens must be >= 1 or None, got {self.max_new_tokens}")
 
     @property
     def torch_dtype(self) -> torch.dtype:
         return _DTYPES[self.dtype]
-
-
-@dataclass(frozen=True)
-class SamplingParams:
-    """How to decode: ``temperature`` 0 is greedy; ``top_k`` 0 and ``top_p`` 1 keep everything;
-    ``seed`` makes a sampled decode reproducible; generation stops at ``max_tokens``, at the
-    model's end-of-sequence token (unless ``ignore_eos``) or when the text contains a ``stop``
-    string (the string itself is left out of the text).
-
-    Penalties, applied to the logits before sampling (greedy included): ``repetition_penalty``
-    as transformers' ``RepetitionPenaltyLogitsProcessor`` (every token of the prompt and the
-    output so far: a positive logit divided by it, a negative one multiplied; 1 is off);
-    ``frequency_penalty`` and ``presence_penalty`` as OpenAI's API (over the output tokens:
-    ``logit -= frequency * count + presence * (count > 0)``; 0 is off).
-    """
-
-    max_tokens: int = 64
-    temperature: float = 0.0
-    top_k: int = 0
-    top_p: float = 1.0
-    seed: int | None = None
-    stop: tuple[str, ...] = field(default_factory=tuple)
-    ignore_eos: bool = False
-    repetition_penalty: float = 1.0
-    frequency_penalty: float = 0.0
-    presence_penalty: float = 0.0
-
-    def __post_init__(self) -> None:
-        if isinstance(self.stop, str):
-            object.__setattr__(self, "stop", (self.stop,))
-        else:
-            object.__setattr__(self, "stop", tuple(self.stop))
-        # Written so that NaN fails every check (it compares false with everything).
-        if not _is_int(self.max_tokens) or not self.max_tokens >= 1:
-            raise InvalidRequest(f"max_tokens must be an integer >= 1, got {self.max_tokens}")
-        if not 0 <= self.temperature <= MAX_TEMPERATURE:
-            raise InvalidRequest(
-                f"temperature must be in [0, {MAX_TEMPERATURE}] (0 = greedy), got {self.temperature}"
-            )
-        if not _is_int(self.top_k) or not self.top_k >= 0:
-            raise InvalidRequest(f"top_k must be an integer >= 0 (0 keeps all), got {self.top_k}")
-        if not 0 < self.top_p <= 1:
-            raise InvalidRequest(f"top_p must be in (0, 1], got {self.top_p}")
-        # A top_p below float32's range would round to 0 in the sampler; any tiny top_p keeps
-        # exactly the likeliest token, as this one does.
-        object.__setattr__(self, "top_p", max(float(self.top_p), MIN_TOP_P))
-        if self.seed is not None and (not _is_int(self.seed) or not 0 <= self.seed < 2**63):
-            raise InvalidRequest(f"seed must be an integer in [0, 2**63), got {self.seed}")
-        if not 0 < self.repetition_penalty <= MAX_PENALTY:
-            raise InvalidRequest(
-                f"repetition_penalty must be in (0, {MAX_PENALTY}] (1 = off), got "
-                f"{self.repetition_penalty}"
-            )
-        for name in ("frequency_penalty", "presence_penalty"):
-            if not -2 <= getattr(self, name) <= 2:
-                raise InvalidRequest(
-                    f"{name} must be in [-2, 2] (0 = off), got {getattr(self, name)}"
-                )
-        if any(not isinstance(s, str) or not s for s in self.stop):
-            raise InvalidRequest("stop strings must be non-empty strings")
-
-    @property
-    def penalized(self) -> bool:
-        return (
-            self.repetition_penalty != 1.0
-            or self.frequency_penalty != 0.0
-            or self.presence_penalty != 0.0
-        )
-
-
-MAX_TEMPERATURE = 2.0
-MIN_TOP_P = 1e-9
-MAX_PENALTY = 2.0
-
-
-def _is_int(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)

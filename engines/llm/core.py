@@ -23,7 +23,7 @@ from .errors import (
     InvalidRequest,
     SequenceClosed,
 )
-from .outputs import EngineStats
+from .outputs import LLMStats
 from .runner import ModelRunner
 from .scheduler import ScheduledChunk, Scheduler
 from .sequence import PrefillWaiter, SeqStatus, Sequence
@@ -64,6 +64,9 @@ class EngineCore(DecodeMixin):
         self.outbox: list[tuple[Callable, tuple]] = []
         self.counters = {"steps": 0, "computed": 0, "generated": 0, "busy_s": 0.0}
         self.step_log: list[StepRecord] | None = None  # recording when a list (record_steps)
+        # sequences closed because their background prefill was refused, and why (bounded:
+        # a caller that never comes back leaves one entry per sequence it opened)
+        self.failed_background: dict[int, BaseException] = {}
 
     def post(self, fn: Callable | None, *args) -> None:
         if fn is not None:
@@ -74,6 +77,11 @@ class EngineCore(DecodeMixin):
     @property
     def has_work(self) -> bool:
         return self.scheduler.has_work
+
+    @property
+    def only_background(self) -> bool:
+        """The next step would compute background prefills only (see ``Prefill.background``)."""
+        return self.scheduler.only_background
 
     def step(self) -> None:
         t0 = time.perf_counter()
@@ -171,6 +179,7 @@ class EngineCore(DecodeMixin):
                 if seq is not None and seq.decode is not None and seq.decode.emit is cmd.emit:
                     self.close(seq, reason="abort")
             elif isinstance(cmd, Close):
+                self.failed_background.pop(cmd.seq_id, None)
                 seq = self.seqs.get(cmd.seq_id)
                 if seq is not None:
                     self.close(seq, reason="abort")
@@ -191,6 +200,9 @@ class EngineCore(DecodeMixin):
     def _get(self, seq_id: int) -> Sequence:
         seq = self.seqs.get(seq_id)
         if seq is None:
+            failed = self.failed_background.pop(seq_id, None)
+            if failed is not None:  # its background prefill failed: the caller learns why now
+                raise failed
             raise SequenceClosed(f"sequence {seq_id} is closed; open a new one")
         return seq
 
@@ -205,12 +217,24 @@ class EngineCore(DecodeMixin):
             )
 
     def _prefill(self, seq: Sequence, cmd: Prefill) -> None:
-        if seq.decode is not None:
-            raise InvalidRequest(f"sequence {seq.seq_id} is decoding; prefill after it ends")
-        if not cmd.token_ids:
-            raise InvalidRequest("prefill needs at least one token")
-        self.check_tokens(cmd.token_ids, seq.num_tokens)
+        try:
+            if seq.decode is not None:
+                raise InvalidRequest(f"sequence {seq.seq_id} is decoding; prefill after it ends")
+            if not cmd.token_ids:
+                raise InvalidRequest("prefill needs at least one token")
+            self.check_tokens(cmd.token_ids, seq.num_tokens)
+        except InvalidRequest as exc:
+            if not cmd.background:
+                raise
+            # Nobody waits for a background prefill: the sequence fails, and its next call
+            # raises this error (not a bare "closed").
+            self.failed_background[seq.seq_id] = exc
+            self._fail(seq, exc)
+            return
         seq.append(cmd.token_ids)
+        if cmd.background:
+            self.scheduler.submit_background(seq)
+            return
         seq.prefill_waiters.append(PrefillWaiter(seq.num_tokens, cmd.on_done, cmd.on_error))
         self.scheduler.submit(seq)
 
@@ -238,11 +262,11 @@ class EngineCore(DecodeMixin):
             if seq.status != SeqStatus.CLOSED:
                 self.close(seq, reason="abort", error=exc)
 
-    def stats(self) -> EngineStats:
+    def stats(self) -> LLMStats:
         bs = self.bm.stats()
         c = self.counters
         busy = c["busy_s"] or float("inf")
-        return EngineStats(
+        return LLMStats(
             running=len(self.scheduler.running),
             waiting=len(self.scheduler.waiting),
             idle=len(self.scheduler.idle),

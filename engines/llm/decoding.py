@@ -7,11 +7,11 @@ import time
 import torch
 
 from .commands import Decode, Score
-from .config import SamplingParams
 from .detokenizer import IncrementalDetokenizer
 from .errors import InvalidRequest
 from .outputs import CandidateScore, DecodeEnd, DecodePiece
 from .runner import sample_tokens
+from .sampling import SamplingParams
 from .sequence import DecodeState, ScoreState, SeqStatus, Sequence
 from .stop import find_stop, held_back
 

@@ -8,7 +8,7 @@ The event loop never blocks on the model: requests become commands in a queue gu
 from __future__ import annotations
 
 import asyncio
-import functools
+import dataclasses
 import itertools
 import logging
 import os
@@ -20,7 +20,7 @@ from typing import Any
 
 from ..base import release_openmp_threads, set_worker_threads
 from .commands import Abort, Close, Command, Decode, Open, Prefill, Score
-from .config import EngineConfig, SamplingParams
+from .config import EngineConfig
 from .core import EngineCore, StepRecord
 from .errors import (
     ContextLengthExceeded,
@@ -31,16 +31,29 @@ from .errors import (
 )
 from .loader import load_model, load_tokenizer, resolve_model_path
 from .model import LlamaModel
-from .outputs import CandidateScore, EngineStats, GenerationResult, SequenceHandle
+from .outputs import CandidateScore, GenerationResult, LLMStats, SequenceHandle
 from .runner import ModelRunner, kv_block_bytes
+from .sampling import SamplingParams
 from .stream import DecodeStream
+from .tokenizer import ChatTokenizer
 
 log = logging.getLogger(__name__)
 Prompt = str | Seq[int]
+IDLE_GRACE_S = 0.002  # how long the engine stays idle before it computes background prefills
 
 
 class LLMEngine:
-    """A paged-KV LLM engine with prefill / decode / score primitives on live sequences."""
+    """A paged-KV LLM engine with prefill / decode / score primitives on live sequences; the
+    plans' LLM interface (``ayo.scheduler.ir.engine_api.LLMProtocol``).
+
+    Args:
+        model: the loaded model.
+        tokenizer: its Hugging Face tokenizer (``hf_tokenizer``; ``tokenizer`` is the plans'
+            :class:`ChatTokenizer` over it), or None for a model driven by token ids only.
+        config: limits and modes.
+    """
+
+    kind = "llm"
 
     def __init__(self, model: LlamaModel, tokenizer, config: EngineConfig | None = None):
         config = config or EngineConfig()
@@ -57,10 +70,11 @@ class LLMEngine:
             )
         self.config = config
         self.model = model
-        self.tokenizer = tokenizer
+        self.hf_tokenizer = tokenizer
         self.max_model_len = min(
             config.max_model_len or mc.max_position_embeddings, num_blocks * config.block_size
         )
+        self.tokenizer = ChatTokenizer(tokenizer, self.max_model_len)
         self._core = EngineCore(
             ModelRunner(model, config, num_blocks), config, tokenizer, self.max_model_len
         )
@@ -151,6 +165,10 @@ class LLMEngine:
                 with self._cond:
                     while not self._commands and not core.has_work and not self._stopping:
                         self._cond.wait()
+                    if core.only_background and not self._commands and not self._stopping:
+                        # Work that usually follows at once (a decode after its prefill, the
+                        # next call of a chain) must not find a background step in its way.
+                        self._cond.wait(IDLE_GRACE_S)
                     if self._stopping:
                         break
                     cmds = list(self._commands)
@@ -185,25 +203,16 @@ class LLMEngine:
 
     # ---- tokens ---------------------------------------------------------------------------
 
-    @functools.cached_property
+    @property
     def max_token_chars(self) -> int:
-        """The most characters one token stands for (the longest vocabulary entry; byte-level
-        entries count bytes, never fewer than the characters they decode to)."""
-        return max(map(len, self.tokenizer.get_vocab()), default=1)
+        """The most characters one token stands for (``ChatTokenizer.max_token_chars``)."""
+        return self.tokenizer.max_token_chars
 
     def tokenize(self, text: str, *, add_special_tokens: bool = False) -> list[int]:
         """Text -> token ids. A text longer than the context window could hold however it
         tokenizes (over ``max_model_len * max_token_chars`` characters) raises
         ``ContextLengthExceeded`` at once, without spending time proportional to it."""
-        if self.tokenizer is None:
-            raise InvalidRequest("this model has no tokenizer: pass token ids")
-        if len(text) > self.max_model_len * self.max_token_chars:
-            raise ContextLengthExceeded(
-                f"the text has {len(text)} characters: more than the context window of "
-                f"{self.max_model_len} tokens holds (a token is at most {self.max_token_chars} "
-                "characters); shorten it"
-            )
-        return self.tokenizer(text, add_special_tokens=add_special_tokens)["input_ids"]
+        return self.tokenizer.tokenize(text, add_special_tokens=add_special_tokens)
 
     def encode(self, prompt: Prompt, *, add_special_tokens: bool = False) -> list[int]:
         """Text -> token ids (a token-id list passes through, checked)."""
@@ -220,9 +229,9 @@ class LLMEngine:
         self, messages: list[dict], add_generation_prompt: bool = True
     ) -> list[int]:
         """Render chat ``messages`` with the model's template and tokenize once."""
-        if self.tokenizer is None:
+        if self.hf_tokenizer is None:
             raise InvalidRequest("this model has no tokenizer (and so no chat template)")
-        text = self.tokenizer.apply_chat_template(
+        text = self.hf_tokenizer.apply_chat_template(
             messages, tokenize=False, add_generation_prompt=add_generation_prompt
         )
         return self.tokenize(text)
@@ -272,6 +281,19 @@ class LLMEngine:
         self._send(Prefill(sid, ids, *_resolvers(fut), info=info))
         await fut
 
+    def prefill_when_idle(
+        self, seq: SequenceHandle, tokens: Seq[int], *, info: object = None
+    ) -> None:
+        """Append ``tokens`` without waiting for their KV: they are computed in a step that has
+        nothing else to do (after ``IDLE_GRACE_S`` of idleness), or together with the
+        sequence's next :meth:`prefill` or :meth:`decode` if that comes first, so on a busy
+        engine they add no step. Returns at once; a refused prefill (a token out of range, the
+        context window) fails the sequence, and its next call raises that error."""
+        sid = self._check(seq)
+        ids = [int(t) for t in tokens]
+        if ids:
+            self._send(Prefill(sid, ids, background=True, info=info))
+
     def decode(
         self,
         seq: SequenceHandle,
@@ -284,6 +306,9 @@ class LLMEngine:
         :class:`SamplingParams` when ``params`` is not given; ``info`` as in :meth:`prefill`."""
         sid = self._check(seq)
         params = params or SamplingParams(**kw)
+        cap = self.config.max_new_tokens
+        if cap is not None and params.max_tokens > cap:
+            params = dataclasses.replace(params, max_tokens=cap)
         stream = DecodeStream(sid, self._abort)
         self._send(Decode(sid, params, stream.emit, info=info))
         return stream
@@ -294,8 +319,15 @@ class LLMEngine:
 
     async def score(
         self, seq: SequenceHandle, candidates: Seq[Prompt], *, info: object = None
+    ) -> list[float]:
+        """The log-probability of each candidate as the continuation of the sequence's tokens
+        (the sum over its tokens; :meth:`score_tokens` gives them one by one)."""
+        return [c.logprob for c in await self.score_tokens(seq, candidates, info=info)]
+
+    async def score_tokens(
+        self, seq: SequenceHandle, candidates: Seq[Prompt], *, info: object = None
     ) -> list[CandidateScore]:
-        """Log-probabilities of each candidate continuation after the sequence's tokens."""
+        """Each candidate's tokens and their log-probabilities after the sequence's tokens."""
         sid = self._check(seq)
         cands = [self.encode(c) for c in candidates]
         fut = asyncio.get_running_loop().create_future()
@@ -337,9 +369,23 @@ class LLMEngine:
         ends = await asyncio.gather(*(s.collect() for s in streams))
         return [GenerationResult.from_end(end) for end in ends]
 
-    def stats(self) -> EngineStats:
+    def stats(self) -> LLMStats:
         """Counts of sequences and blocks, prefix-cache hit rate, throughput (thread-safe)."""
         return self._core.stats()
+
+    def reset_prefix_cache(self) -> None:
+        """Forget every cached block (benchmarks compare runs from a cold cache). Call it only
+        while the engine is idle: blocks in use stay as they are."""
+        self._core.bm.hash_to_block.clear()
+
+    def kv_usage(self) -> float:
+        """The share of KV blocks in use, 0..1 (replicas are balanced by it)."""
+        stats = self._core.bm.stats()
+        return stats.used / max(1, stats.num_blocks)
+
+    async def health(self, timeout_s: float = 2.0) -> dict[str, Any]:
+        """As ``/health`` lists an engine instance: here, in this process."""
+        return {"where": "local", "state": "stopped" if self._stopping else "alive"}
 
 
 def _resolvers(fut: asyncio.Future):

@@ -82,7 +82,7 @@ class CandidateScore:
 
 
 @dataclass(frozen=True)
-class EngineStats:
+class LLMStats:
     running: int
     waiting: int
     idle: int  # open sequences holding KV that nobody computes on

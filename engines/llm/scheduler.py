@@ -11,6 +11,10 @@ and waiting sequences are taken together in that order instead: the token budget
 first ones, a waiting sequence may take the blocks of a running one ranked below it, and the
 lowest-ranked running sequence is the one preempted. Without one (``fcfs``) the order is the
 one above, unchanged.
+
+Background work (tokens appended with ``Prefill.background``: a prompt's early part, prefilled
+while the rest is still being produced) runs only in a step that has nothing else to compute;
+a sequence's foreground prefill or decode takes its background tokens along.
 """
 
 from __future__ import annotations
@@ -60,13 +64,24 @@ class Scheduler:
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []
         self.idle: OrderedDict[int, Sequence] = OrderedDict()  # LRU order
+        self.background: OrderedDict[int, Sequence] = OrderedDict()  # arrival order
         self.num_preemptions = 0
         # The step order: sequences with work -> the same sequences, first served first.
         self.order: Callable[[list[Sequence]], list[Sequence]] | None = None
 
     @property
     def has_work(self) -> bool:
-        return bool(self.waiting or self.running)
+        return bool(self.waiting or self.running or self.background)
+
+    @property
+    def only_background(self) -> bool:
+        """There is background work and nothing else to compute."""
+        if self.waiting:
+            return False
+        foreground = any(s.num_uncomputed and not s.background for s in self.running)
+        return not foreground and (
+            bool(self.background) or any(s.num_uncomputed for s in self.running)
+        )
 
     def add_idle(self, seq: Sequence) -> None:
         seq.status = SeqStatus.IDLE
@@ -74,12 +89,25 @@ class Scheduler:
         self.idle.move_to_end(seq.seq_id)
 
     def submit(self, seq: Sequence) -> None:
-        """``seq`` has work: queue it (no-op if already queued or running)."""
+        """``seq`` has work somebody waits for: queue it (no-op if already queued or running);
+        its background tokens, if any, are computed with it."""
+        seq.background = False
         if seq.status in (SeqStatus.WAITING, SeqStatus.RUNNING):
             return
         self.idle.pop(seq.seq_id, None)
+        self.background.pop(seq.seq_id, None)
         seq.status = SeqStatus.WAITING
         self.waiting.append(seq)
+
+    def submit_background(self, seq: Sequence) -> None:
+        """``seq`` has tokens nobody waits for: compute them in a step with nothing else to
+        do (a sequence already queued or running computes them with its own work)."""
+        if seq.status != SeqStatus.IDLE:
+            return
+        self.idle.pop(seq.seq_id, None)
+        seq.status = SeqStatus.BACKGROUND
+        seq.background = True
+        self.background[seq.seq_id] = seq
 
     def remove(self, seq: Sequence) -> None:
         """Forget the sequence wherever it is (its blocks are the caller's to free)."""
@@ -87,17 +115,28 @@ class Scheduler:
             self.running.remove(seq)
         elif seq.status == SeqStatus.WAITING:
             self.waiting.remove(seq)
+        elif seq.status == SeqStatus.BACKGROUND:
+            self.background.pop(seq.seq_id, None)
         else:
             self.idle.pop(seq.seq_id, None)
 
     def retire(self, seq: Sequence) -> None:
         """A running sequence whose work is done becomes idle, keeping its KV."""
         self.running.remove(seq)
+        seq.background = False
         self.add_idle(seq)
 
     def schedule(self) -> SchedulerOutput:
+        if self.only_background:  # an idle step: the background work goes in
+            while self.background:
+                _, seq = self.background.popitem(last=False)
+                seq.status = SeqStatus.WAITING
+                self.waiting.append(seq)
+            background = True
+        else:
+            background = False
         if self.order is not None:
-            return self._schedule_ordered(self.order)
+            return self._schedule_ordered(self.order, background)
         out = SchedulerOutput()
         budget = self.max_num_batched_tokens
         scheduled: set[int] = set()
@@ -106,6 +145,8 @@ class Scheduler:
                 break
             if seq.status != SeqStatus.RUNNING or seq.num_uncomputed == 0:
                 continue  # preempted earlier in this loop, or waiting for a sample
+            if seq.background and not background:
+                continue  # background work waits for a step with nothing else
             n = min(seq.num_uncomputed, budget)
             while not self.bm.allocate(seq, seq.num_computed_tokens + n):
                 victim = self._victim(exclude=scheduled)
@@ -144,10 +185,13 @@ class Scheduler:
         out.chunks.sort(key=lambda c: c.num_tokens != 1)
         return out
 
-    def _schedule_ordered(self, order) -> SchedulerOutput:
+    def _schedule_ordered(self, order, background: bool) -> SchedulerOutput:
         out = SchedulerOutput()
         budget = self.max_num_batched_tokens
-        ranked = order([s for s in self.running if s.num_uncomputed] + list(self.waiting))
+        ranked = order(
+            [s for s in self.running if s.num_uncomputed and (background or not s.background)]
+            + list(self.waiting)
+        )
         rank = {s.seq_id: i for i, s in enumerate(ranked)}
         last = len(ranked)  # running sequences with nothing to compute rank below all
         scheduled: set[int] = set()
@@ -221,5 +265,9 @@ class Scheduler:
         if seq.status == SeqStatus.IDLE:
             return  # stays idle without KV; recomputed when next asked
         self.running.remove(seq)
+        if seq.background:  # nobody waits for it: back to the background work
+            seq.status = SeqStatus.BACKGROUND
+            self.background[seq.seq_id] = seq
+            return
         seq.status = SeqStatus.WAITING
         self.waiting.appendleft(seq)

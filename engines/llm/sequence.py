@@ -9,14 +9,15 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .config import SamplingParams
 from .detokenizer import IncrementalDetokenizer
+from .sampling import SamplingParams
 
 
 class SeqStatus(enum.Enum):
     IDLE = "idle"  # holds its KV (maybe none yet), nothing asked of it
     WAITING = "waiting"  # has work, not admitted (new, or preempted: blocks dropped)
     RUNNING = "running"  # has work and KV blocks; scheduled every step
+    BACKGROUND = "background"  # has tokens nobody waits for: computed when nothing else runs
     CLOSED = "closed"
 
 
@@ -75,6 +76,9 @@ class Sequence:
         self.last_logits: torch.Tensor | None = None
         self.last_used = time.monotonic()
         self.info: object = None  # the latest caller's request info, for the step order
+        # Its uncomputed tokens are background work (``Prefill.background``), also while a
+        # step computes them (RUNNING): foreground work goes first.
+        self.background = False
 
     def __repr__(self) -> str:
         return (

@@ -1,23 +1,26 @@
-"""Cross-query batching: engine proxies with the ``engine_api`` interfaces, backed by schedulers.
+"""Cross-query batching: proxies with the engine protocols (``ir.engine_api``), backed by schedulers.
 
-Each call a handler makes (``embed``, ``search``, ``ingest``, ``rerank``, ``prefill``) becomes a
-:class:`PendingRequest` submitted to the engine's :class:`EngineScheduler` (or pool); the
-scheduler forms a batch from the requests of every query, and the engine's *runner* merges the
-batch's payloads into as few real engine calls as it can (texts concatenated, searches grouped by
-collection and k) and splits the results back. A merged call that raises is re-run one payload at
-a time, so only the faulty request fails.
+Each call a handler makes (``embed``, ``search``, ``ingest``, ``rerank``) becomes a
+:class:`PendingRequest` queued in the engine's :class:`EngineScheduler` (or pool): the one place
+where this engine's requests are ordered (by the batching policy) and batched. The engine's
+*runner* merges the batch's payloads into as few engine calls as it can (texts concatenated,
+searches grouped by collection and k, rerank requests in one scorer batch), and the engine
+computes each call as given. A merged call that raises is re-run in halves
+(``ayo.engines.isolation``), so only the faulty request fails.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Hashable, Sequence
+from collections.abc import Awaitable, Hashable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from ayo.engines.isolation import run_isolated_async
+from ayo.engines.records import Doc, RerankRequest
+
 from .policies import PendingRequest
-from .request_info import make_request
+from .request_info import RequestInfo, make_request
 
 log = logging.getLogger(__name__)
 
@@ -42,29 +45,19 @@ class KeywordCall:
     k: int
 
 
-@dataclass(slots=True)
-class RerankCall:
-    query: str
-    passages: list[Any]
-    top_k: int
-
-
-@dataclass(slots=True)
-class PrefillCall:
-    seq: Any
-    tokens: list[int]
-    info: Any = None  # the LLM engine's step-order info (``BatchedLLM``), None: none given
-
-
 class MergingRunner:
     """A :class:`BatchRunner` that groups payloads by :meth:`group_key` and makes one engine call
-    per group (:meth:`call`). If a merged call raises, its payloads run again one by one and only
-    those that fail alone get an error."""
+    per group (:meth:`call`). A merged call that raises is re-run in halves; only payloads that
+    fail alone get an error. The engine is called with ``info=None``: a merged batch has no one
+    caller (its order was the engine scheduler's to decide)."""
+
+    def __init__(self, engine: Any) -> None:
+        self.engine = engine
 
     def group_key(self, payload: Any) -> Hashable:
         return None
 
-    async def call(self, payloads: list[Any]) -> list[Any]:
+    async def call(self, payloads: Sequence[Any]) -> list[Any]:
         """One engine call for ``payloads`` (same group); one result per payload."""
         raise NotImplementedError
 
@@ -74,36 +67,18 @@ class MergingRunner:
         return 1, 0
 
     async def run_batch(self, payloads: list[Any]) -> Sequence[Any]:
+        name = type(self).__name__
         if type(self).group_key is MergingRunner.group_key:  # one group: no keys to compute
-            return await self._call_isolated(payloads)
+            return await run_isolated_async(payloads, self.call, name)
         groups: dict[Hashable, list[int]] = {}
         for i, p in enumerate(payloads):
             groups.setdefault(self.group_key(p), []).append(i)
         results: list[Any] = [None] * len(payloads)
         for indices in groups.values():
-            part = [payloads[i] for i in indices]
-            out = await self._call_isolated(part)
+            out = await run_isolated_async([payloads[i] for i in indices], self.call, name)
             for i, r in zip(indices, out):
                 results[i] = r
         return results
-
-    async def _call_isolated(self, part: list[Any]) -> list[Any]:
-        try:
-            out = await self.call(part)
-            if len(out) != len(part):
-                raise RuntimeError(f"engine returned {len(out)} results for {len(part)} requests")
-            return out
-        except Exception as exc:
-            if len(part) == 1:
-                return [exc]
-            log.info("merged call of %d failed (%r); retrying one by one", len(part), exc)
-        alone = []
-        for p in part:
-            try:
-                alone.append((await self.call([p]))[0])
-            except Exception as exc:
-                alone.append(exc)
-        return alone
 
 
 def _split(flat: Sequence[Any], lengths: list[int]) -> list[list[Any]]:
@@ -119,23 +94,17 @@ def _split(flat: Sequence[Any], lengths: list[int]) -> list[list[Any]]:
 class EmbedRunner(MergingRunner):
     """Payload: a list of texts; one ``embed`` over all texts of the batch."""
 
-    def __init__(self, engine: Any) -> None:
-        self.engine = engine
-
     @staticmethod
     def size(payload: list[str]) -> tuple[int, int]:
         return len(payload), sum(len(t) // 4 for t in payload)
 
-    async def call(self, payloads: list[list[str]]) -> list[Any]:
+    async def call(self, payloads: Sequence[list[str]]) -> list[Any]:
         flat = [t for texts in payloads for t in texts]
-        return _split(list(await self.engine.embed(flat)), [len(p) for p in payloads])
+        return _split(list(await self.engine.embed(flat, info=None)), [len(p) for p in payloads])
 
 
 class IndexRunner(MergingRunner):
     """Payloads: :class:`SearchCall` grouped by (collection, k), :class:`IngestCall` by collection."""
-
-    def __init__(self, engine: Any) -> None:
-        self.engine = engine
 
     def group_key(self, payload: SearchCall | IngestCall) -> Hashable:
         if isinstance(payload, SearchCall):
@@ -146,23 +115,19 @@ class IndexRunner(MergingRunner):
     def size(payload: SearchCall | IngestCall) -> tuple[int, int]:
         return len(payload.vectors), 0
 
-    async def call(self, payloads: list[Any]) -> list[Any]:
+    async def call(self, payloads: Sequence[Any]) -> list[Any]:
         first = payloads[0]
+        vectors = [v for p in payloads for v in p.vectors]
         if isinstance(first, IngestCall):
             docs = [d for p in payloads for d in p.docs]
-            vectors = [v for p in payloads for v in p.vectors]
-            await self.engine.ingest(first.collection, docs, vectors)
+            await self.engine.ingest(first.collection, docs, vectors, info=None)
             return [None] * len(payloads)
-        vectors = [v for p in payloads for v in p.vectors]
-        hits = await self.engine.search(first.collection, vectors, first.k)
+        hits = await self.engine.search(first.collection, vectors, first.k, info=None)
         return _split(list(hits), [len(p.vectors) for p in payloads])
 
 
 class KeywordRunner(MergingRunner):
     """Payloads: :class:`KeywordCall` grouped by k; one ``search`` over all query texts."""
-
-    def __init__(self, engine: Any) -> None:
-        self.engine = engine
 
     def group_key(self, payload: KeywordCall) -> Hashable:
         return payload.k
@@ -171,56 +136,22 @@ class KeywordRunner(MergingRunner):
     def size(payload: KeywordCall) -> tuple[int, int]:
         return len(payload.queries), 0
 
-    async def call(self, payloads: list[KeywordCall]) -> list[Any]:
-        hits = await self.engine.search([q for p in payloads for q in p.queries], payloads[0].k)
+    async def call(self, payloads: Sequence[KeywordCall]) -> list[Any]:
+        queries = [q for p in payloads for q in p.queries]
+        hits = await self.engine.search(queries, payloads[0].k, info=None)
         return _split(list(hits), [len(p.queries) for p in payloads])
 
 
 class RerankRunner(MergingRunner):
-    """Payloads: :class:`RerankCall`. Uses the engine's ``rerank_many(calls)`` when it has one
-    (one cross-encoder batch); otherwise one ``rerank`` per payload, errors kept per payload."""
-
-    def __init__(self, engine: Any) -> None:
-        self.engine = engine
+    """Payloads: lists of :class:`RerankRequest`; one ``rerank`` (one scorer batch) for all."""
 
     @staticmethod
-    def size(payload: RerankCall) -> tuple[int, int]:
-        return len(payload.passages), 0
+    def size(payload: list[RerankRequest]) -> tuple[int, int]:
+        return sum(len(r.passages) for r in payload), 0
 
-    async def call(self, payloads: list[RerankCall]) -> list[Any]:
-        many = getattr(self.engine, "rerank_many", None)
-        if many is not None:
-            return list(await many([(p.query, p.passages, p.top_k) for p in payloads]))
-        out: list[Any] = []
-        for p in payloads:
-            try:
-                out.append(await self.engine.rerank(p.query, p.passages, p.top_k))
-            except Exception as exc:
-                out.append(exc)
-        return out
-
-
-def with_info(method: Callable[..., Any], info: Any, *args: Any) -> Any:
-    """``method(*args)``, passing ``info=`` only when there is one: an LLM engine that takes no
-    step order (a user's, the fakes) needs no ``info`` parameter."""
-    return method(*args) if info is None else method(*args, info=info)
-
-
-class PrefillRunner(MergingRunner):
-    """Payloads: :class:`PrefillCall`. The LLM engine batches concurrent prefills itself
-    (continuous batching), so the batch is issued as concurrent calls, errors kept per call."""
-
-    def __init__(self, engine: Any) -> None:
-        self.engine = engine
-
-    @staticmethod
-    def size(payload: PrefillCall) -> tuple[int, int]:
-        return 1, len(payload.tokens)
-
-    async def call(self, payloads: list[PrefillCall]) -> list[Any]:
-        prefill = self.engine.prefill
-        calls = [with_info(prefill, p.info, p.seq, p.tokens) for p in payloads]
-        return await asyncio.gather(*calls, return_exceptions=True)
+    async def call(self, payloads: Sequence[list[RerankRequest]]) -> list[Any]:
+        flat = [r for p in payloads for r in p]
+        return _split(await self.engine.rerank(flat, info=None), [len(p) for p in payloads])
 
 
 class Submitter(Protocol):
@@ -237,53 +168,63 @@ class Submitter(Protocol):
 
 
 class BatchedEmbedder:
-    """``Embedder`` whose calls are batched across queries by ``scheduler``."""
+    """``EmbedderProtocol`` whose calls are batched across queries by ``scheduler``."""
 
     def __init__(self, scheduler: Submitter) -> None:
         self.scheduler = scheduler
 
-    def embed(self, texts: list[str]) -> Awaitable[list[Any]]:
+    def embed(self, texts: list[str], *, info: RequestInfo | None) -> Awaitable[list[Any]]:
         texts = list(texts)
-        return self.scheduler.enqueue(make_request(texts, len(texts)))
+        return self.scheduler.enqueue(make_request(texts, info, len(texts)))
 
 
 class BatchedIndex:
-    """``VectorIndex``: search and ingest batched by ``scheduler``; ``drop`` goes straight to the
-    engine (one instance: collections are state, so an index is never pooled)."""
+    """``VectorIndexProtocol``: search and ingest batched by ``scheduler``; ``drop`` goes
+    straight to the engine (one instance: collections are state, so an index is never pooled)."""
 
     def __init__(self, scheduler: Submitter, engine: Any) -> None:
         self.scheduler = scheduler
         self.engine = engine
 
-    def search(self, collection: str, vectors: list[Any], k: int) -> Awaitable[list[list[Any]]]:
+    def search(
+        self, collection: str, vectors: Any, k: int, *, info: RequestInfo | None
+    ) -> Awaitable[list[list[Doc]]]:
         call = SearchCall(collection, list(vectors), k)
-        return self.scheduler.enqueue(make_request(call, len(call.vectors)))
+        return self.scheduler.enqueue(make_request(call, info, len(call.vectors)))
 
-    def ingest(self, collection: str, docs: list[Any], vectors: list[Any]) -> Awaitable[None]:
+    def ingest(
+        self, collection: str, docs: list[Doc], vectors: Any, *, info: RequestInfo | None
+    ) -> Awaitable[None]:
         call = IngestCall(collection, list(docs), list(vectors))
-        return self.scheduler.enqueue(make_request(call, len(call.vectors)))
+        return self.scheduler.enqueue(make_request(call, info, len(call.vectors)))
 
     async def drop(self, collection: str) -> None:
         await self.engine.drop(collection)
 
 
 class BatchedKeywordIndex:
-    """``KeywordIndex`` batched by ``scheduler``."""
+    """``KeywordIndexProtocol`` batched by ``scheduler``."""
 
     def __init__(self, scheduler: Submitter) -> None:
         self.scheduler = scheduler
 
-    def search(self, queries: list[str], k: int) -> Awaitable[list[list[Any]]]:
+    def search(
+        self, queries: list[str], k: int, *, info: RequestInfo | None
+    ) -> Awaitable[list[list[Doc]]]:
         call = KeywordCall(list(queries), k)
-        return self.scheduler.enqueue(make_request(call, len(call.queries)))
+        return self.scheduler.enqueue(make_request(call, info, len(call.queries)))
 
 
 class BatchedReranker:
-    """``Reranker`` batched by ``scheduler``."""
+    """``RerankerProtocol`` batched by ``scheduler`` (a batch's requests share one scorer
+    batch)."""
 
     def __init__(self, scheduler: Submitter) -> None:
         self.scheduler = scheduler
 
-    def rerank(self, query: str, passages: list[Any], top_k: int) -> Awaitable[list[Any]]:
-        call = RerankCall(query, list(passages), top_k)
-        return self.scheduler.enqueue(make_request(call, len(call.passages)))
+    def rerank(
+        self, requests: Sequence[RerankRequest], *, info: RequestInfo | None
+    ) -> Awaitable[list[list[Doc]]]:
+        requests = list(requests)
+        items = sum(len(r.passages) for r in requests)
+        return self.scheduler.enqueue(make_request(requests, info, items))

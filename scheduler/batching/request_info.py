@@ -1,14 +1,13 @@
 """What the graph scheduler tells an engine proxy about the primitive now calling it.
 
-The graph scheduler runs primitives in asyncio tasks and sets :data:`CURRENT` in each task to
-the primitive it is running, so a batching proxy called from a handler can turn the call into a
-:class:`PendingRequest` carrying the policy inputs (query, node, depth, remaining critical path,
-deadline) without the handlers knowing about schedulers.
+The graph scheduler makes one :class:`RequestInfo` per primitive it runs and hands it to the
+primitive's handler, which passes it (``info=``) to every engine call it makes; a batching proxy
+turns the call into a :class:`PendingRequest` carrying the policy inputs (query, node, depth,
+remaining critical path, deadline).
 """
 
 from __future__ import annotations
 
-from contextvars import ContextVar
 from typing import Any, Protocol
 
 from .policies import PendingRequest
@@ -23,7 +22,7 @@ class QueryState(Protocol):
         """The query's remaining critical-path time (max over its running primitives)."""
         ...
 
-    def decoded(self, node_id: str, piece: Any) -> None:
+    def decoded(self, node_id: str, text: str) -> None:
         """A piece of text the LLM wrote for ``node_id`` (streamed answers)."""
         ...
 
@@ -38,9 +37,7 @@ class NodeInfo(Protocol):
 
 
 class RequestInfo:
-    """The primitive on whose behalf an engine is being called. The graph scheduler makes one
-    per primitive it runs in a task (a primitive's engine calls, and tasks it spawns and awaits,
-    all happen in that task's context); others only read it.
+    """The primitive on whose behalf an engine is being called.
 
     Attributes:
         query_id: the query's number (traces, per-query batching buckets).
@@ -62,13 +59,11 @@ class RequestInfo:
         return f"RequestInfo(query {self.query_id}, node {self.facts.node_id!r})"
 
 
-CURRENT: ContextVar[RequestInfo | None] = ContextVar("ayo_request_info", default=None)
-
-
-def make_request(payload: Any, items: int = 1, tokens: int = 0) -> PendingRequest:
-    """A :class:`PendingRequest` for ``payload`` on behalf of the current primitive (or an
-    anonymous one, query 0, when called outside the graph scheduler)."""
-    info = CURRENT.get()
+def make_request(
+    payload: Any, info: RequestInfo | None, items: int = 1, tokens: int = 0
+) -> PendingRequest:
+    """A :class:`PendingRequest` for ``payload`` on behalf of ``info``'s primitive (or an
+    anonymous one, query 0, for a call from outside the graph scheduler)."""
     if items < 1:
         items = 1
     if info is None:

@@ -1,117 +1,214 @@
-"""The engine interfaces a plan targets (names and calls only; the engines live in ayo.engines).
+"""What a plan may ask of each engine kind: the one interface between the runtime and an engine.
 
-The executor calls exactly these methods, so any object with them can stand in for an engine:
-the real engines, the deterministic fakes in ``ayo.scheduler.sim.fakes``, or remote proxies.
+One protocol per engine kind states every method a plan may call (``LLMProtocol``,
+``EmbedderProtocol``, ``VectorIndexProtocol``, ``KeywordIndexProtocol``, ``RerankerProtocol``);
+:class:`Engine` states what the runtime does with any engine instance (its declared ``kind``,
+start, stop, health). The engines implement both themselves, structurally (``ayo.engines``
+never imports the scheduler): ``LLMEngine``, ``Embedder``, ``Reranker``, ``CollectionIndex``,
+``CollectionKeywordIndex``, the fakes and simulated engines of ``ayo.scheduler.sim``, and a
+``RemoteEngine`` in a Ray actor. The runtime's batching proxies, which stand between a plan
+and the engines, implement the kind protocols too, so a plan runs on either. A static check
+(``tests/static/conformance.py`` under mypy, run by the test suite) proves each one satisfies
+its protocols. Nothing is probed at run time: what an engine can do is what its protocol says.
+
+``info`` is required wherever an engine computes on a request's behalf: the calling
+primitive's scheduling facts (query, node, depth, remaining critical path, deadline), which
+the runtime builds and an engine may read (an LLM's step order does) or ignore; None when the
+caller is not the runtime (a script, a test).
+
+The values that cross this interface are the engines' own types: token ids, texts, vectors,
+:class:`~ayo.engines.records.Doc` passages, the one sampling type
+:class:`~ayo.engines.llm.sampling.SamplingParams`, decode pieces and their end.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
-from dataclasses import dataclass
-from typing import Any, Protocol
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
+from typing import Any, Protocol, runtime_checkable
+
+from ayo.engines.llm.outputs import DecodeEnd, DecodePiece
+from ayo.engines.llm.sampling import SamplingParams
+from ayo.engines.records import Doc, RerankRequest
 
 from .prompt import Tokenizer
-from .values import Doc
 
-Vector = Sequence[float]
-
-
-@dataclass(frozen=True)
-class Sampling:
-    """How tokens are chosen, as the OpenAI API names it: ``temperature`` 0 is greedy (the
-    default: optimized and unoptimized plans then give equal answers); ``top_p`` keeps the
-    smallest set of tokens with that much probability; ``seed`` makes sampling reproducible.
-    Penalties discourage repeats: ``repetition_penalty`` (> 1, transformers' rule: divides a
-    positive logit, multiplies a negative one, of every token in the prompt or the answer so
-    far), ``frequency_penalty`` (subtracted once per earlier occurrence in the answer) and
-    ``presence_penalty`` (subtracted once if it occurred in the answer)."""
-
-    temperature: float = 0.0
-    top_p: float = 1.0
-    seed: int | None = None
-    repetition_penalty: float = 1.0
-    frequency_penalty: float = 0.0
-    presence_penalty: float = 0.0
-
-    def __post_init__(self) -> None:
-        checks = (
-            ("temperature", 0 <= self.temperature <= 2, "in [0, 2]"),
-            ("top_p", 0 < self.top_p <= 1, "in (0, 1]"),
-            ("repetition_penalty", 0 < self.repetition_penalty <= 2, "in (0, 2]"),
-            ("frequency_penalty", -2 <= self.frequency_penalty <= 2, "in [-2, 2]"),
-            ("presence_penalty", -2 <= self.presence_penalty <= 2, "in [-2, 2]"),
-        )
-        for name, ok, allowed in checks:
-            if not ok:  # NaN fails every comparison, so it lands here too
-                raise ValueError(f"{name} must be {allowed}, got {getattr(self, name)}")
-        if self.seed is not None and not 0 <= self.seed < 2**63:
-            raise ValueError(f"seed must be in [0, 2**63), got {self.seed}")
+KINDS = ("llm", "embedder", "index", "keyword", "reranker")
 
 
-GREEDY = Sampling()
+class Rows(Protocol):
+    """Vectors, one row per text: a list of lists or a 2-D numpy array."""
+
+    def __len__(self) -> int: ...
+    def __getitem__(self, i: Any, /) -> Any: ...
+    def __iter__(self) -> Iterator[Any]: ...
 
 
-@dataclass(frozen=True)
-class DecodeParams:
-    """What ``LLM.decode`` generates: at most ``max_tokens`` tokens, ending early at the
-    model's end-of-turn token or before the first of the ``stop`` strings."""
-
-    max_tokens: int
-    stop: tuple[str, ...] = ()
-    sampling: Sampling = GREEDY
-
-    def __post_init__(self) -> None:
-        if isinstance(self.stop, str):
-            object.__setattr__(self, "stop", (self.stop,))
-        elif not isinstance(self.stop, tuple):
-            object.__setattr__(self, "stop", tuple(self.stop))
-        if self.max_tokens < 1:
-            raise ValueError(f"max_tokens must be >= 1, got {self.max_tokens}")
-        if any(not isinstance(s, str) or not s for s in self.stop):
-            raise ValueError(f"stop strings must be non-empty strings, got {self.stop!r}")
+StepOrder = Callable[[list[Any]], list[Any]]
 
 
-class LLM(Protocol):
-    """Prefill / decode on live sequences (Prefill, PartialPrefill, FullPrefill, Decode,
-    PartialDecode). ``decode`` yields pieces that are ``str`` or have a ``text`` attribute.
+@runtime_checkable
+class Engine(Protocol):
+    """What every engine instance declares and does, whatever its kind.
 
-    Optional: an LLM with ``set_step_order(order)`` lets the runtime's policy order its steps
-    (``LLMEngine.set_step_order``); its ``prefill``, ``decode`` and ``score`` then also take an
-    ``info=`` keyword (the calling primitive's request). One without it is called as above."""
+    Attributes:
+        kind: which protocol below it implements (one of ``KINDS``).
+    """
 
-    tokenizer: Tokenizer
+    kind: str
 
-    async def open(self) -> Any: ...
-    async def prefill(self, seq: Any, tokens: list[int]) -> None: ...
-    def decode(self, seq: Any, params: DecodeParams) -> AsyncIterator[Any]: ...
-    async def score(self, seq: Any, candidates: list[str]) -> list[float]:
-        """The log-probability of each candidate text as the continuation of ``seq`` (Score)."""
+    async def start(self) -> None:
+        """Start workers (threads, a remote actor); idempotent."""
         ...
 
-    async def close(self, seq: Any) -> None: ...
+    async def stop(self) -> None:
+        """Stop them; requests still pending fail."""
+        ...
+
+    async def health(self, timeout_s: float = 2.0) -> dict[str, Any]:
+        """As ``/health`` lists the instance: ``where`` (``local`` or ``remote``), ``state``
+        (``alive``, ``down`` or ``stopped``), and for a remote one its node and process."""
+        ...
 
 
-class Embedder(Protocol):
+class DecodeStreamProtocol(Protocol):
+    """What ``decode`` returns: the pieces as they are written, then ``end`` (why it finished,
+    how many tokens) once the iteration is over. Leaving early (``aclose``) stops the decode."""
+
+    @property
+    def end(self) -> DecodeEnd | None: ...
+
+    def __aiter__(self) -> AsyncIterator[DecodePiece]: ...
+    async def __anext__(self) -> DecodePiece: ...
+    async def aclose(self) -> None: ...
+
+
+class LLMProtocol(Protocol):
+    """Live sequences whose KV stays in the engine between calls: Prefill, PartialPrefill,
+    FullPrefill, Decode, PartialDecode and Score are these calls in the right order.
+
+    Attributes:
+        tokenizer: text to token ids (no special tokens) and back, chat messages to a prompt.
+    """
+
+    @property
+    def tokenizer(self) -> Tokenizer: ...
+
+    def set_step_order(self, order: StepOrder | None) -> None:
+        """Rank the sequences with work in each engine step (by their latest ``info``), first
+        served first; None: arrival order."""
+        ...
+
+    def kv_usage(self) -> float:
+        """The share of the KV cache in use, 0..1 (replicas are balanced by it)."""
+        ...
+
+    def open(self) -> Awaitable[Any]:
+        """A new, empty sequence (an opaque handle)."""
+        ...
+
+    def prefill(self, seq: Any, tokens: list[int], *, info: Any) -> Awaitable[None]:
+        """Append ``tokens`` and return once their KV is computed."""
+        ...
+
+    def prefill_when_idle(self, seq: Any, tokens: list[int], *, info: Any) -> None:
+        """Append ``tokens`` without waiting: computed when the engine has nothing else to do,
+        or with the sequence's next prefill or decode if that comes first. An error surfaces
+        at the sequence's next call."""
+        ...
+
+    def decode(self, seq: Any, params: SamplingParams, *, info: Any) -> DecodeStreamProtocol:
+        """Generate on ``seq`` under ``params`` (stops at ``max_tokens``, end of turn or a
+        stop string)."""
+        ...
+
+    def score(self, seq: Any, candidates: list[str], *, info: Any) -> Awaitable[list[float]]:
+        """The log-probability of each candidate text as the continuation of ``seq``."""
+        ...
+
+    def close(self, seq: Any) -> Awaitable[None]:
+        """Release the sequence (its full KV blocks stay in the prefix cache); idempotent."""
+        ...
+
+
+class EmbedderProtocol(Protocol):
     """Embed: one vector per text."""
 
-    async def embed(self, texts: list[str]) -> list[Vector]: ...
+    def embed(self, texts: list[str], *, info: Any) -> Awaitable[Rows]: ...
 
 
-class VectorIndex(Protocol):
-    """Search and Ingest. ``search`` returns the top ``k`` docs for each query vector."""
+class VectorIndexProtocol(Protocol):
+    """Search and Ingest over named collections of passages."""
 
-    async def search(self, collection: str, vectors: list[Vector], k: int) -> list[list[Doc]]: ...
-    async def ingest(self, collection: str, docs: list[Doc], vectors: list[Vector]) -> None: ...
-    async def drop(self, collection: str) -> None: ...
+    def search(
+        self, collection: str, vectors: Rows, k: int, *, info: Any
+    ) -> Awaitable[list[list[Doc]]]:
+        """The top ``k`` passages of ``collection`` for each query vector, best first."""
+        ...
+
+    def ingest(
+        self, collection: str, docs: list[Doc], vectors: Rows, *, info: Any
+    ) -> Awaitable[None]:
+        """Add ``docs`` (one vector each) to ``collection`` (a per-query one is created)."""
+        ...
+
+    def drop(self, collection: str) -> Awaitable[None]:
+        """Forget a per-query collection (its query has ended)."""
+        ...
 
 
-class KeywordIndex(Protocol):
-    """KeywordSearch: the top ``k`` docs for each query text."""
+class KeywordIndexProtocol(Protocol):
+    """KeywordSearch: the top ``k`` passages for each query text."""
 
-    async def search(self, queries: list[str], k: int) -> list[list[Doc]]: ...
+    def search(self, queries: list[str], k: int, *, info: Any) -> Awaitable[list[list[Doc]]]: ...
 
 
-class Reranker(Protocol):
-    """Rerank: the ``top_k`` passages most relevant to ``query``, best first."""
+class RerankerProtocol(Protocol):
+    """Rerank: for each request, its ``top_k`` passages most relevant to its query, best
+    first. Several requests in one call are scored in one batch."""
 
-    async def rerank(self, query: str, passages: list[Doc], top_k: int) -> list[Doc]: ...
+    def rerank(
+        self, requests: Sequence[RerankRequest], *, info: Any
+    ) -> Awaitable[list[list[Doc]]]: ...
+
+
+PROTOCOLS: dict[str, type] = {
+    "llm": LLMProtocol,
+    "embedder": EmbedderProtocol,
+    "index": VectorIndexProtocol,
+    "keyword": KeywordIndexProtocol,
+    "reranker": RerankerProtocol,
+}
+
+
+def engine_kind(engine: Any) -> str:
+    """The kind ``engine`` declares; a clear error for an object that declares none."""
+    kind = getattr(engine, "kind", None) if isinstance(engine, Engine) else None
+    if kind not in KINDS:
+        raise TypeError(
+            f"{type(engine).__name__} is not an engine: it must declare kind (one of {KINDS}) "
+            "and implement start, stop and health with the methods of its kind's protocol "
+            "(ayo.scheduler.ir.engine_api)"
+        )
+    return kind
+
+
+__all__ = [
+    "KINDS",
+    "PROTOCOLS",
+    "DecodeEnd",
+    "DecodePiece",
+    "DecodeStreamProtocol",
+    "Doc",
+    "EmbedderProtocol",
+    "Engine",
+    "KeywordIndexProtocol",
+    "LLMProtocol",
+    "RerankRequest",
+    "RerankerProtocol",
+    "Rows",
+    "SamplingParams",
+    "StepOrder",
+    "Tokenizer",
+    "VectorIndexProtocol",
+    "engine_kind",
+]

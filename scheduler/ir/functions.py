@@ -11,8 +11,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ayo.engines.records import Doc, reciprocal_rank
+
 from .ports import Port, PortType
-from .values import Doc
 
 
 @dataclass(frozen=True)
@@ -84,14 +85,6 @@ def _unique_docs(config: Mapping[str, Any], docs: list[Doc]) -> list[Doc]:
             seen.add(d.id)
             out.append(d)
     return out
-
-
-RRF_K = 60  # reciprocal rank fusion's constant (Cormack et al. 2009; LlamaIndex's default)
-
-
-def reciprocal_rank(rank: int) -> float:
-    """A 0-based ``rank``'s share in reciprocal rank fusion: ``1 / (RRF_K + rank + 1)``."""
-    return 1.0 / (RRF_K + rank + 1)
 
 
 def _fuse_ranks(config: Mapping[str, Any], docs: list[Doc]) -> list[Doc]:

@@ -13,56 +13,14 @@ from enum import Enum
 from functools import cached_property
 from typing import Any
 
+from .configs import FrozenConfig, NodeConfig
 from .ops import Op
 from .ports import Port
 
+__all__ = ["INPUT_ID", "OUTPUT_ID", "Edge", "EdgeKind", "FrozenConfig", "Node", "Plan", "RunShape"]
+
 INPUT_ID = "input"
 OUTPUT_ID = "output"
-
-
-class FrozenConfig(dict):  # type: ignore[type-arg]
-    """An immutable, hashable mapping of a node's settings (values must be hashable).
-
-    A ``dict`` whose mutators raise: handlers read settings on every primitive they run, and a
-    dict's own lookup costs no Python call."""
-
-    __slots__ = ("_hash",)
-
-    def __init__(self, items: Mapping[str, Any] | None = None, **kwargs: Any) -> None:
-        merged = dict(items or {}, **kwargs)
-        super().__init__(sorted(merged.items()))
-        self._hash = hash(tuple(self.items()))
-
-    def __hash__(self) -> int:  # type: ignore[override]
-        return self._hash
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, FrozenConfig) and dict.__eq__(self, other)
-
-    def __ne__(self, other: object) -> bool:
-        return not self == other
-
-    def __repr__(self) -> str:
-        return f"FrozenConfig({dict.__repr__(self)})"
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (FrozenConfig, (dict(self),))
-
-    def _immutable(self, *args: Any, **kwargs: Any) -> Any:
-        raise TypeError("FrozenConfig is immutable; use with_(...) for a changed copy")
-
-    __setitem__ = __delitem__ = __ior__ = _immutable  # type: ignore[assignment]
-    clear = pop = popitem = setdefault = update = _immutable  # type: ignore[assignment]
-
-    def __copy__(self) -> FrozenConfig:
-        return self
-
-    def __deepcopy__(self, memo: dict[int, Any]) -> FrozenConfig:
-        return self
-
-    def with_(self, **changes: Any) -> FrozenConfig:
-        """A copy with ``changes`` applied."""
-        return FrozenConfig(self, **changes)
 
 
 class EdgeKind(str, Enum):
@@ -74,7 +32,8 @@ class EdgeKind(str, Enum):
 
 @dataclass(frozen=True)
 class Node:
-    """One primitive: ``op`` run on the engine named ``engine`` ("" for control ops).
+    """One primitive: ``op`` run on the engine named ``engine`` ("" for control ops), with its
+    op's settings ``config`` (``ir.configs``).
 
     ``module`` names the workflow module this primitive came from (for pictures and traces).
     """
@@ -82,14 +41,17 @@ class Node:
     id: str
     op: Op
     engine: str = ""
-    config: FrozenConfig = field(default_factory=FrozenConfig)
+    config: NodeConfig = field(default_factory=NodeConfig)
     inputs: tuple[Port, ...] = ()
     outputs: tuple[Port, ...] = ()
     module: str = ""
 
     def __post_init__(self) -> None:
-        if not isinstance(self.config, FrozenConfig):
-            object.__setattr__(self, "config", FrozenConfig(self.config))
+        if not isinstance(self.config, NodeConfig):
+            raise TypeError(
+                f"node {self.id!r}: config must be a NodeConfig (ayo.scheduler.ir.configs), "
+                f"got {type(self.config).__name__}"
+            )
         for ports, what in ((self.inputs, "input"), (self.outputs, "output")):
             names = [p.name for p in ports]
             if len(set(names)) != len(names):
@@ -109,11 +71,12 @@ class Node:
 
     @property
     def item_port(self) -> str:
-        """The input that may take a stream (per-op default, or ``map_over`` for LLM maps)."""
-        return self.config.get("item_port", self.op.info.item_port)
+        """The input that may take a stream (per-op default, or the node's own: a Prefill
+        mapped over a list, a Decode over sequences, a Map of an item-wise function)."""
+        return self.config.item_port or self.op.info.item_port
 
     def with_(self, **changes: Any) -> Node:
-        """A copy with fields replaced (``config`` may be a plain dict of changes to merge)."""
+        """A copy with fields replaced (``config`` may be a dict of config fields to change)."""
         if isinstance(changes.get("config"), dict):
             changes["config"] = self.config.with_(**changes["config"])
         return replace(self, **changes)
@@ -251,21 +214,3 @@ class Plan:
     ) -> Plan:
         """A new plan with the same name and the given nodes and edges."""
         return Plan(self.name, tuple(nodes), tuple(edges))
-
-    def to_json(self) -> dict[str, Any]:
-        """``{"nodes": [{id, op, engine, module}], "edges": [{src, src_port, dst, dst_port, kind}]}``."""
-        from .render import plan_to_json
-
-        return plan_to_json(self)
-
-    def to_dot(self) -> str:
-        """The plan as Graphviz DOT text."""
-        from .render import plan_to_dot
-
-        return plan_to_dot(self)
-
-    def to_svg(self) -> bytes:
-        """The plan as SVG, drawn by Graphviz's ``dot`` binary (raises when it is missing)."""
-        from .render import render_with_dot
-
-        return render_with_dot(self.to_dot(), "svg")

@@ -22,6 +22,7 @@ class Op(str, Enum):
     DECODE = "Decode"
     PARTIAL_DECODE = "PartialDecode"
     SCORE = "Score"
+    GENERATE = "Generate"
     CONDITION = "Condition"
     AGGREGATE = "Aggregate"
     MAP = "Map"
@@ -61,6 +62,7 @@ _INFO: dict[Op, OpInfo] = {
     Op.DECODE: OpInfo("llm", True),
     Op.PARTIAL_DECODE: OpInfo("llm", True),
     Op.SCORE: OpInfo("llm", True),
+    Op.GENERATE: OpInfo("llm", True),
     Op.CONDITION: OpInfo("", False),
     Op.AGGREGATE: OpInfo("", False),
     Op.MAP: OpInfo("", False),

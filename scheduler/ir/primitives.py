@@ -5,12 +5,28 @@ These are what module decomposition emits; users may also call them to write a p
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable
 
-from .engine_api import GREEDY, DecodeParams, Sampling
+from ayo.engines.llm.sampling import SamplingParams
+
+from .configs import (
+    AggregateConfig,
+    DecodeConfig,
+    EmbedConfig,
+    FrozenConfig,
+    IngestConfig,
+    KeywordSearchConfig,
+    MapConfig,
+    NodeConfig,
+    PrefillConfig,
+    RerankConfig,
+    ScoreConfig,
+    SearchConfig,
+)
 from .errors import PlanError
 from .functions import get_map
-from .graph import INPUT_ID, OUTPUT_ID, FrozenConfig, Node
+from .graph import INPUT_ID, OUTPUT_ID, Node
 from .ops import Op
 from .ports import Port, PortType
 from .prompt import Prompt
@@ -48,7 +64,7 @@ def embed(node_id: str, engine: str, texts: PortType = TL, module: str = "") -> 
         node_id,
         Op.EMBED,
         engine,
-        FrozenConfig(),
+        EmbedConfig(),
         (Port("texts", texts),),
         (Port("vectors", V),),
         module,
@@ -61,7 +77,7 @@ def ingest(node_id: str, engine: str, collection: str, module: str = "") -> Node
         node_id,
         Op.INGEST,
         engine,
-        FrozenConfig(collection=collection),
+        IngestConfig(collection),
         (Port("docs", DL, aligned=True), Port("vectors", V)),
         (Port("collection", T),),
         module,
@@ -73,7 +89,7 @@ def search(node_id: str, engine: str, k: int, collection: str | None, module: st
     if k < 1:
         raise PlanError(f"Search k must be >= 1, got {k}", node=node_id)
     ins = (Port("vectors", V),) + ((Port("collection", T),) if collection is None else ())
-    cfg = FrozenConfig(k=k) if collection is None else FrozenConfig(k=k, collection=collection)
+    cfg = SearchConfig(k, collection)
     return Node(node_id, Op.SEARCH, engine, cfg, ins, (Port("docs", DL),), module)
 
 
@@ -85,7 +101,7 @@ def keyword_search(node_id: str, engine: str, k: int, module: str = "") -> Node:
         node_id,
         Op.KEYWORD_SEARCH,
         engine,
-        FrozenConfig(k=k),
+        KeywordSearchConfig(k),
         (Port("queries", TL),),
         (Port("docs", DL),),
         module,
@@ -100,7 +116,7 @@ def rerank(node_id: str, engine: str, top_k: int, module: str = "") -> Node:
         node_id,
         Op.RERANK,
         engine,
-        FrozenConfig(top_k=top_k),
+        RerankConfig(top_k),
         (Port("query", T), Port("docs", DL)),
         (Port("docs", DL),),
         module,
@@ -122,9 +138,7 @@ def prefill(
     if map_over and map_over not in prompt.placeholders:
         raise PlanError(f"map_over {map_over!r} is not a placeholder of the prompt", node=node_id)
     ins = tuple(Port(p, TL if p == map_over else T) for p in prompt.placeholders)
-    cfg = (
-        FrozenConfig(prompt=prompt, item_port=map_over) if map_over else FrozenConfig(prompt=prompt)
-    )
+    cfg = PrefillConfig(prompt, map_over)
     out = Port("seqs", SEQS) if map_over else Port("seq", SEQ)
     return Node(node_id, Op.PREFILL, engine, cfg, ins, (out,), module)
 
@@ -138,18 +152,21 @@ def decode(
     over_list: bool = False,
     module: str = "",
     stop: tuple[str, ...] = (),
-    sampling: Sampling = GREEDY,
+    sampling: SamplingParams | None = None,
     max_sentences: int = 0,
 ) -> Node:
     """A sequence -> its generated text (``parse`` "text") or the list items it writes
     ("lines", "json"; at most ``max_items`` when > 0: the decode ends once it has written
     them). ``over_list``: SeqList -> TextList. Generation stops at ``max_tokens``, the model's
     end-of-turn token, a ``stop`` string or (``parse`` "text") after ``max_sentences`` sentences
-    when > 0, choosing tokens by ``sampling``."""
+    when > 0, choosing tokens by ``sampling`` (greedy when None; its own ``max_tokens`` and
+    ``stop`` are replaced by these)."""
     if max_tokens < 1:
         raise PlanError(f"Decode max_tokens must be >= 1, got {max_tokens}", node=node_id)
     try:
-        params = DecodeParams(max_tokens, tuple(stop), sampling)
+        params = dataclasses.replace(
+            sampling or SamplingParams(), max_tokens=max_tokens, stop=tuple(stop)
+        )
     except ValueError as exc:
         raise PlanError(f"Decode: {exc}", node=node_id) from None
     if parse not in DECODE_PARSE:
@@ -158,21 +175,13 @@ def decode(
         raise PlanError("Decode max_sentences must be >= 0, with parse 'text'", node=node_id)
     if over_list and parse != "text":
         raise PlanError("Decode over a list of sequences returns one text each", node=node_id)
-    cfg = {"max_tokens": max_tokens, "parse": parse, "max_items": max_items, "params": params}
-    if max_sentences:
-        cfg["max_sentences"] = max_sentences
+    cfg = DecodeConfig(params, parse, max_items, max_sentences, over_list)
     if over_list:
         return Node(
-            node_id,
-            Op.DECODE,
-            engine,
-            FrozenConfig(cfg, item_port="seqs"),
-            (Port("seqs", SEQS),),
-            (Port("texts", TL),),
-            module,
+            node_id, Op.DECODE, engine, cfg, (Port("seqs", SEQS),), (Port("texts", TL),), module
         )
     out = Port("text", T) if parse == "text" else Port("items", TL)
-    return Node(node_id, Op.DECODE, engine, FrozenConfig(cfg), (Port("seq", SEQ),), (out,), module)
+    return Node(node_id, Op.DECODE, engine, cfg, (Port("seq", SEQ),), (out,), module)
 
 
 def score(node_id: str, engine: str, options: tuple[str, ...], module: str = "") -> Node:
@@ -185,9 +194,24 @@ def score(node_id: str, engine: str, options: tuple[str, ...], module: str = "")
         node_id,
         Op.SCORE,
         engine,
-        FrozenConfig(options=options),
+        ScoreConfig(options),
         (Port("seq", SEQ),),
         (Port("probs", PortType.ANY),),
+        module,
+    )
+
+
+def generate(node_id: str, engine: str, module: str = "") -> Node:
+    """(``prompt`` token ids, ``params`` sampling) -> ``completion``: the prompt prefilled into
+    a new sequence and decoded under ``params`` (an OpenAI completion); the completion is the
+    decode's end (text, finish reason, token counts)."""
+    return Node(
+        node_id,
+        Op.GENERATE,
+        engine,
+        NodeConfig(),
+        (Port("prompt", PortType.ANY), Port("params", PortType.ANY)),
+        (Port("completion", PortType.ANY),),
         module,
     )
 
@@ -198,7 +222,7 @@ def condition(node_id: str, value_type: PortType, module: str = "") -> Node:
         node_id,
         Op.CONDITION,
         "",
-        FrozenConfig(),
+        NodeConfig(),
         (Port("flag", PortType.BOOL), Port("value", value_type)),
         (Port("then", value_type), Port("else", value_type)),
         module,
@@ -221,7 +245,7 @@ def aggregate(node_id: str, mode: str, value_type: PortType, module: str = "") -
         node_id,
         Op.AGGREGATE,
         "",
-        FrozenConfig(mode=mode),
+        AggregateConfig(mode),
         ins,
         (Port("value", value_type),),
         module,
@@ -231,7 +255,5 @@ def aggregate(node_id: str, mode: str, value_type: PortType, module: str = "") -
 def map_node(node_id: str, fn: str, module: str = "", **params: object) -> Node:
     """Run registered map function ``fn`` (see ``functions.py``) with ``params`` as its config."""
     spec = get_map(fn)
-    cfg = FrozenConfig(params, fn=fn)
-    if spec.item_port:
-        cfg = cfg.with_(item_port=spec.item_port)
+    cfg = MapConfig(fn, FrozenConfig(params), spec.item_port)
     return Node(node_id, Op.MAP, "", cfg, spec.inputs, (Port("value", spec.output),), module)

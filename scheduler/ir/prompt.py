@@ -12,14 +12,16 @@ from .errors import PromptError
 
 
 class Tokenizer(Protocol):
-    """Turns text into token ids without adding special tokens (no BOS per call).
-
-    A tokenizer of a chat model may also have ``render_chat(messages) -> str | None``: the
-    messages (``[{"role", "content"}]``) in the model's chat template, ending where the
-    assistant's answer begins; None when the model has no template (a base model).
-    """
+    """Turns text into token ids without adding special tokens (no BOS per call), and back."""
 
     def encode(self, text: str) -> list[int]: ...
+
+    def decode(self, ids: list[int]) -> str: ...
+
+    def render_chat(self, messages: list[dict[str, str]]) -> str | None:
+        """The messages (``[{"role", "content"}]``) in the model's chat template, ending where
+        the assistant's answer begins; None when the model has no template (a base model)."""
+        ...
 
 
 ROLES = ("system", "user", "assistant")
@@ -190,3 +192,7 @@ class RegexTokenizer:
 
     def decode(self, ids: list[int]) -> str:
         return "".join(self._pieces[i] for i in ids)
+
+    def render_chat(self, messages: list[dict[str, str]]) -> str | None:
+        """No chat template: prompts stay plain text."""
+        return None

@@ -6,6 +6,7 @@ import shutil
 import subprocess
 from typing import TYPE_CHECKING, Any
 
+from .configs import micro_batch
 from .graph import EdgeKind
 from .ops import Op
 
@@ -60,8 +61,8 @@ def plan_to_dot(plan: Plan) -> str:
             if n.op in (Op.INPUT, Op.OUTPUT)
             else f"{n.id}\\n{n.op.value}" + (f" @{n.engine}" if n.engine else "")
         )
-        if "micro_batch" in n.config:
-            label += f"\\nmicro-batch {n.config['micro_batch']}"
+        if micro_batch(n.config):
+            label += f"\\nmicro-batch {micro_batch(n.config)}"
         color = _COLORS.get(n.op.info.engine_kind, "#eeeeee")
         shape = ", shape=ellipse" if n.op in (Op.INPUT, Op.OUTPUT) else ""
         by_module.setdefault(n.module, []).append(

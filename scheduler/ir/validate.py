@@ -11,6 +11,22 @@ from __future__ import annotations
 
 from collections import Counter
 
+from .configs import (
+    AggregateConfig,
+    DecodeConfig,
+    EmbedConfig,
+    FullPrefillConfig,
+    IngestConfig,
+    KeywordSearchConfig,
+    MapConfig,
+    NodeConfig,
+    PartialPrefillConfig,
+    PrefillConfig,
+    RerankConfig,
+    ScoreConfig,
+    SearchConfig,
+    micro_batch,
+)
 from .errors import (
     CycleError,
     PlanError,
@@ -25,6 +41,23 @@ from .graph import INPUT_ID, OUTPUT_ID, EdgeKind, Node, Plan
 from .ops import Op
 from .ports import compatible
 from .prompt import Prompt
+
+_CONFIGS: dict[Op, type[NodeConfig]] = {
+    Op.EMBED: EmbedConfig,
+    Op.INGEST: IngestConfig,
+    Op.SEARCH: SearchConfig,
+    Op.KEYWORD_SEARCH: KeywordSearchConfig,
+    Op.RERANK: RerankConfig,
+    Op.PREFILL: PrefillConfig,
+    Op.PARTIAL_PREFILL: PartialPrefillConfig,
+    Op.FULL_PREFILL: FullPrefillConfig,
+    Op.DECODE: DecodeConfig,
+    Op.PARTIAL_DECODE: DecodeConfig,
+    Op.SCORE: ScoreConfig,
+    Op.GENERATE: NodeConfig,
+    Op.AGGREGATE: AggregateConfig,
+    Op.MAP: MapConfig,
+}
 
 
 def validate(plan: Plan, pass_name: str = "build") -> Plan:
@@ -93,8 +126,15 @@ def _check_edges(plan: Plan, pass_name: str) -> None:
 def _check_config(node: Node, pass_name: str) -> None:
     """Ports that must agree with the config: prompt placeholders, map function signatures."""
     data = {p.name for p in node.inputs if not p.control}
+    want_config = _CONFIGS.get(node.op)
+    if want_config is not None and not isinstance(node.config, want_config):
+        raise PlanError(
+            f"{node.op.value} needs a {want_config.__name__}, got {type(node.config).__name__}",
+            pass_name=pass_name,
+            node=node.id,
+        )
     if node.op in (Op.PREFILL, Op.PARTIAL_PREFILL, Op.FULL_PREFILL):
-        prompt = node.config.get("prompt")
+        prompt = node.config.prompt_or_none
         if not isinstance(prompt, Prompt):
             raise PlanError("needs a Prompt in config 'prompt'", pass_name=pass_name, node=node.id)
         want = set(prompt.placeholders) | ({"seq"} if node.op == Op.FULL_PREFILL else set())
@@ -105,11 +145,11 @@ def _check_config(node: Node, pass_name: str) -> None:
                 pass_name=pass_name,
                 node=node.id,
             )
-    elif node.op == Op.MAP:
-        fn = MAP_FUNCTIONS.get(node.config.get("fn", ""))
+    elif isinstance(node.config, MapConfig):
+        fn = MAP_FUNCTIONS.get(node.config.fn)
         if fn is None:
             raise PlanError(
-                f"unknown map function {node.config.get('fn')!r}", pass_name=pass_name, node=node.id
+                f"unknown map function {node.config.fn!r}", pass_name=pass_name, node=node.id
             )
         if data != {p.name for p in fn.inputs}:
             raise UnknownPortError(
@@ -146,7 +186,7 @@ def _check_streams(plan: Plan, pass_name: str) -> None:
                     pass_name=pass_name,
                     node=n.id,
                 )
-        produces = bool(streams_in) or n.op == Op.PARTIAL_DECODE or "micro_batch" in n.config
+        produces = bool(streams_in) or n.op == Op.PARTIAL_DECODE or micro_batch(n.config) > 0
         outs = plan.out_edges(n.id)
         if produces and any(e.kind != EdgeKind.STREAM for e in outs):
             raise StreamError(

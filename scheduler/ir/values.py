@@ -5,16 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
+from ayo.engines.records import Doc
 
-@dataclass(frozen=True)
-class Doc:
-    """A retrieved or ingested passage. ``rank``: its place (0 = best) in the hits of the query
-    that found it, so hits of several queries can be fused by rank."""
-
-    id: str
-    text: str
-    score: float = 0.0
-    rank: int = 0
+__all__ = ["SKIPPED", "Chunk", "Doc", "EndOfStream", "SeqHandle"]
 
 
 class SeqHandle(NamedTuple):

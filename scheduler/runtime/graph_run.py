@@ -15,9 +15,9 @@ never in the shared plan. How a query runs:
    (:class:`DeadlineExceeded`). However it ends, primitives still running are cancelled (which
    withdraws them from engine queues) and LLM sequences and temporary collections are released.
 
-What the engine schedulers read: each primitive's task holds a :class:`RequestInfo` in
-:data:`CURRENT` (query, node, depth, remaining critical-path time from engine profiles,
-deadline); batching proxies turn the engine calls made under it into policy-ordered requests.
+What the engine schedulers read: each primitive gets a :class:`RequestInfo` (query, node, depth,
+remaining critical-path time from engine profiles, deadline), which its handler passes with
+every engine call; batching proxies turn those calls into policy-ordered requests.
 Streamed answers: pieces decoded by chosen nodes go to a callback as they are written.
 """
 
@@ -30,7 +30,8 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from ..batching.request_info import CURRENT, RequestInfo
+from ..batching.request_info import RequestInfo
+from ..ir.configs import micro_batch
 from ..ir.errors import ExecutionError
 from ..ir.graph import INPUT_ID, OUTPUT_ID, Edge, EdgeKind, Node, Plan
 from ..ir.ops import Op
@@ -109,9 +110,9 @@ class GraphRun:
         """The query's remaining critical-path time: the most of its running primitives'."""
         return max(self._active.values(), default=0.0)
 
-    def decoded(self, node_id: str, piece: Any) -> None:
+    def decoded(self, node_id: str, text: str) -> None:
         if self._on_piece is not None and node_id in self._stream_nodes:
-            self._on_piece(piece if isinstance(piece, str) else piece.text)
+            self._on_piece(text)
 
     # -- the query ----------------------------------------------------------------------------
     async def run(self) -> dict[str, Any]:
@@ -194,15 +195,14 @@ class GraphRun:
             self._on_control(node, start, self._clock(), ok)
 
     async def _run_in_task(self, facts: NodeFacts) -> None:
-        """A primitive in its own task, whose context tells the engines who is calling."""
+        """A primitive in its own task; its request info goes with its engine calls."""
         node = facts.node
-        CURRENT.set(RequestInfo(self.number, facts, self))
         self._active[node.id] = facts.remaining_ms
         timed = self._on_control is not None and not facts.engine
         start = self._clock() if timed else 0.0
         ok = False
         try:
-            await self._execute(facts)
+            await self._execute(facts, RequestInfo(self.number, facts, self))
             ok = True
         except asyncio.CancelledError:
             raise
@@ -216,26 +216,26 @@ class GraphRun:
         self._check_done()
 
     # -- what a primitive does ------------------------------------------------------------------
-    async def _execute(self, facts: NodeFacts) -> None:
+    async def _execute(self, facts: NodeFacts, info: RequestInfo) -> None:
         node = facts.node
         data = self._data(facts)
         stream_in = facts.stream_in
         if _skipped(facts, data):
             await self._skip(facts)
         elif stream_in is not None:
-            await self._consume_stream(node, data, stream_in)
+            await self._consume_stream(node, data, stream_in, info)
         elif node.op == Op.PARTIAL_DECODE:
             count = 0
-            async for item in partial_decode_items(node, data, self.ctx):
+            async for item in partial_decode_items(node, data, self.ctx, info):
                 self._emit_chunk(
                     node, Chunk(count, count, [item]), {p.name: [item] for p in node.outputs}
                 )
                 count += 1
             self._emit_chunk(node, EndOfStream(count))
-        elif "micro_batch" in node.config:
-            await self._micro_batches(node, data)
+        elif micro_batch(node.config):
+            await self._micro_batches(node, data, info)
         else:
-            self._deliver_outputs(node.id, await HANDLERS[node.op](node, data, self.ctx))
+            self._deliver_outputs(node.id, await HANDLERS[node.op](node, data, self.ctx, info))
 
     def _data(self, facts: NodeFacts) -> dict[str, Any]:
         """The node's data inputs by port (control ports only order it)."""
@@ -268,14 +268,14 @@ class GraphRun:
             else:
                 self._deliver(edge, message)
 
-    async def _micro_batches(self, node: Node, data: dict[str, Any]) -> None:
+    async def _micro_batches(self, node: Node, data: dict[str, Any], info: RequestInfo) -> None:
         """The item port's list in chunks of ``micro_batch`` items, each sent on as it is done."""
-        size, port = node.config["micro_batch"], node.item_port
+        size, port = micro_batch(node.config), node.item_port
         items = list(data[port])
         index = 0
         for index, start in enumerate(range(0, max(len(items), 1), size)):
             chunk = Chunk(index, start, items[start : start + size])
-            out = await HANDLERS[node.op](node, self._slice(node, data, chunk), self.ctx)
+            out = await HANDLERS[node.op](node, self._slice(node, data, chunk), self.ctx, info)
             self._emit_chunk(node, chunk, out)
         self._emit_chunk(node, EndOfStream(index + 1))
 
@@ -288,21 +288,24 @@ class GraphRun:
                 sliced[p.name] = data[p.name][chunk.offset : chunk.offset + len(chunk.items)]
         return sliced
 
-    async def _consume_stream(self, node: Node, data: dict[str, Any], edge: Edge) -> None:
+    async def _consume_stream(
+        self, node: Node, data: dict[str, Any], edge: Edge, info: RequestInfo
+    ) -> None:
         """The handler once per chunk coming down ``edge`` (an Aggregate gathers them)."""
         queue = self._queues[edge]
         parts: list[Any] = []
+        handler = HANDLERS[node.op]
         while not isinstance(message := await queue.get(), EndOfStream):
             if node.op == Op.AGGREGATE:
                 parts.append(message.items)
                 continue
             chunk_data = self._slice(node, {**data, edge.dst_port: None}, message)
-            self._emit_chunk(node, message, await HANDLERS[node.op](node, chunk_data, self.ctx))
+            self._emit_chunk(node, message, await handler(node, chunk_data, self.ctx, info))
         if node.op != Op.AGGREGATE:
             self._emit_chunk(node, message)
         elif message.skipped:
             self._deliver_outputs(node.id, {"value": SKIPPED})
-        elif node.config["mode"] == "concat":
+        elif node.config.mode == "concat":
             self._deliver_outputs(node.id, {"value": [x for part in parts for x in part]})
         else:  # "same": every chunk carried the same value (e.g. the collection written to)
             if not parts or any(p != parts[0] for p in parts):
@@ -347,9 +350,6 @@ def _skipped(facts: NodeFacts, data: Mapping[str, Any]) -> bool:
     return not facts.coalesce and any(v is SKIPPED for v in data.values())
 
 
-QueryRun = GraphRun  # the reference executor's former name: the same code
-
-
 async def execute(
     plan: Plan, inputs: Mapping[str, Any], engines: Mapping[str, Any]
 ) -> dict[str, Any]:
@@ -358,9 +358,10 @@ async def execute(
 
 
 def answer_nodes(plan: Plan, port: str = "answer") -> frozenset[str]:
-    """The decode nodes whose text is the plan's output ``port`` (the streamed answer)."""
+    """The decode (or generate) nodes whose text is the plan's output ``port`` (the streamed
+    answer)."""
     edge = plan.source(OUTPUT_ID, port)
     if edge is None or edge.src == INPUT_ID:
         return frozenset()
     node = plan.node(edge.src)
-    return frozenset({node.id}) if node.op == Op.DECODE else frozenset()
+    return frozenset({node.id}) if node.op in (Op.DECODE, Op.GENERATE) else frozenset()

@@ -1,8 +1,10 @@
 """What each primitive does, given its inputs and the engines.
 
-A handler takes the node, its input values by port name and the query context, and returns its
-outputs by port name. For a node consuming a stream the executor calls the same handler once per
-chunk, with the item port holding that chunk's items, so streamed and whole runs agree.
+A handler takes the node, its input values by port name, the query context and the primitive's
+request info (which it passes, ``info=``, to every engine call), and returns its outputs by port
+name. For a node consuming a stream the executor calls the same handler once per chunk, with the
+item port holding that chunk's items, so streamed and whole runs agree. The engines are what
+``ir.engine_api``'s protocols say they are: nothing is probed.
 """
 
 from __future__ import annotations
@@ -16,7 +18,11 @@ import math
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any
 
-from ..ir.engine_api import DecodeParams
+from ayo.engines.llm.sampling import SamplingParams
+from ayo.engines.records import RerankRequest
+
+from ..batching.request_info import RequestInfo
+from ..ir.configs import TEMP_COLLECTION
 from ..ir.functions import get_map
 from ..ir.graph import Node
 from ..ir.ops import Op
@@ -25,8 +31,6 @@ from ..ir.prompt import Prompt
 from ..ir.values import SKIPPED, Doc, SeqHandle
 
 logger = logging.getLogger(__name__)
-
-TEMP_COLLECTION = "@query"
 
 
 class QueryContext:
@@ -68,14 +72,10 @@ class QueryContext:
             ) from None
 
 
-Handler = Callable[[Node, dict[str, Any], QueryContext], Awaitable[dict[str, Any]]]
+Info = RequestInfo | None
+Handler = Callable[[Node, dict[str, Any], QueryContext, Info], Awaitable[dict[str, Any]]]
 
-
-def _text(piece: Any) -> str:
-    return piece if isinstance(piece, str) else piece.text
-
-
-OFFLOAD_CHARS = 64 * 1024  # a text longer than this is tokenized off the event loop (server too)
+OFFLOAD_CHARS = 64 * 1024  # a text longer than this is tokenized off the event loop
 
 
 async def _tokens(llm: Any, text: str) -> list[int]:
@@ -84,42 +84,40 @@ async def _tokens(llm: Any, text: str) -> list[int]:
     return llm.tokenizer.encode(text)
 
 
-async def _open_prefilled(ctx: QueryContext, engine: str, ids: list[int]) -> SeqHandle:
+async def _open_prefilled(ctx: QueryContext, engine: str, ids: list[int], info: Info) -> SeqHandle:
     llm = ctx.engines[engine]
     seq = await ctx.open_seq(engine)
     if ids:
-        await llm.prefill(seq, ids)
+        await llm.prefill(seq, ids, info=info)
     return SeqHandle(engine, seq, tuple(ids))
 
 
-async def _prefill(node: Node, inputs: dict[str, Any], ctx: QueryContext) -> dict[str, Any]:
-    llm, prompt = ctx.engine(node), node.config["prompt"]
-    over = node.config.get("item_port", "")
+async def _prefill(
+    node: Node, inputs: dict[str, Any], ctx: QueryContext, info: Info
+) -> dict[str, Any]:
+    llm, cfg = ctx.engine(node), node.config
+    prompt, over = cfg.prompt, cfg.map_over
     if not over:
-        return {
-            "seq": await _open_prefilled(
-                ctx, node.engine, await _tokens(llm, prompt.render(inputs))
-            )
-        }
+        ids = await _tokens(llm, prompt.render(inputs))
+        return {"seq": await _open_prefilled(ctx, node.engine, ids, info)}
     renders = [prompt.render({**inputs, over: item}) for item in inputs[over]]
     ids = [await _tokens(llm, r) for r in renders]
-    seqs = await asyncio.gather(*(_open_prefilled(ctx, node.engine, i) for i in ids))
+    seqs = await asyncio.gather(*(_open_prefilled(ctx, node.engine, i, info) for i in ids))
     return {"seqs": list(seqs)}
 
 
-async def _partial_prefill(node: Node, inputs: dict[str, Any], ctx: QueryContext) -> dict[str, Any]:
+async def _partial_prefill(
+    node: Node, inputs: dict[str, Any], ctx: QueryContext, info: Info
+) -> dict[str, Any]:
     # The early text is a prefix of the full prompt. Its last token may merge with the text that
     # follows, so it is held back: FullPrefill tokenizes the whole prompt once and appends the rest.
-    llm = ctx.engine(node)
-    head = _head(node.config["prompt"], node.config["split_at"])
-    ids = (await _tokens(llm, head.render(inputs)))[:-1]
-    when_idle = getattr(llm, "prefill_when_idle", None)
-    if when_idle is None or not ids:
-        return {"seq": await _open_prefilled(ctx, node.engine, ids)}
-    # Computed in the LLM's next idle gap, or with the FullPrefill if that comes first
-    # (ayo.scheduler.batching.llm_proxy): the split never costs an engine step on a busy LLM.
+    # Its KV is computed in the LLM's next idle gap, or with the FullPrefill if that comes first
+    # (``prefill_when_idle``): the split never costs an engine step on a busy LLM.
+    llm, cfg = ctx.engine(node), node.config
+    ids = (await _tokens(llm, _head(cfg.prompt, cfg.split_at).render(inputs)))[:-1]
     seq = await ctx.open_seq(node.engine)
-    when_idle(seq, ids)
+    if ids:
+        llm.prefill_when_idle(seq, ids, info=info)
     return {"seq": SeqHandle(node.engine, seq, tuple(ids))}
 
 
@@ -129,55 +127,60 @@ def _head(prompt: Prompt, split_at: int) -> Prompt:
     return Prompt(prompt.template[:split_at])
 
 
-async def _full_prefill(node: Node, inputs: dict[str, Any], ctx: QueryContext) -> dict[str, Any]:
+async def _full_prefill(
+    node: Node, inputs: dict[str, Any], ctx: QueryContext, info: Info
+) -> dict[str, Any]:
     llm, handle = ctx.engine(node), inputs["seq"]
-    ids = await _tokens(llm, node.config["prompt"].render(inputs))
+    ids = await _tokens(llm, node.config.prompt.render(inputs))
     done = list(handle.prefilled)
     if ids[: len(done)] == done:
         if len(ids) > len(done):
-            await llm.prefill(handle.seq, ids[len(done) :])
+            await llm.prefill(handle.seq, ids[len(done) :], info=info)
         return {"seq": SeqHandle(handle.engine, handle.seq, tuple(ids))}
     logger.warning(
         "node %s: early tokens are not a prefix of the full prompt; prefilling again", node.id
     )
     await ctx.close_seq(node.engine, handle.seq)
-    return {"seq": await _open_prefilled(ctx, node.engine, ids)}
+    return {"seq": await _open_prefilled(ctx, node.engine, ids, info)}
 
 
-async def _decode_text(ctx: QueryContext, handle: SeqHandle, params: DecodeParams) -> str:
+async def _decode_text(
+    ctx: QueryContext, handle: SeqHandle, params: SamplingParams, info: Info
+) -> str:
     llm = ctx.engines[handle.engine]
     try:
-        whole = getattr(llm, "decode_text", None)  # the batching proxy's one-coroutine path
-        if whole is not None:
-            return await whole(handle.seq, params)
-        return "".join([_text(p) async for p in llm.decode(handle.seq, params)])
+        return "".join([p.text async for p in llm.decode(handle.seq, params, info=info)])
     finally:
         await ctx.close_seq(handle.engine, handle.seq)
 
 
-async def _decode(node: Node, inputs: dict[str, Any], ctx: QueryContext) -> dict[str, Any]:
+async def _decode(
+    node: Node, inputs: dict[str, Any], ctx: QueryContext, info: Info
+) -> dict[str, Any]:
     cfg = node.config
-    params = cfg["params"]
-    if cfg.get("item_port"):
-        texts = await asyncio.gather(*(_decode_text(ctx, h, params) for h in inputs["seqs"]))
+    if cfg.over_list:
+        texts = await asyncio.gather(
+            *(_decode_text(ctx, h, cfg.params, info) for h in inputs["seqs"])
+        )
         return {"texts": list(texts)}
-    if cfg["parse"] == "text" and cfg.get("max_sentences"):
-        return {"text": await _decode_sentences(ctx, inputs["seq"], params, cfg["max_sentences"])}
-    if cfg["parse"] == "text":
-        return {"text": await _decode_text(ctx, inputs["seq"], params)}
-    return {"items": [item async for item in partial_decode_items(node, inputs, ctx)]}
+    if cfg.parse == "text" and cfg.max_sentences:
+        text = await _decode_sentences(ctx, inputs["seq"], cfg.params, cfg.max_sentences, info)
+        return {"text": text}
+    if cfg.parse == "text":
+        return {"text": await _decode_text(ctx, inputs["seq"], cfg.params, info)}
+    return {"items": [item async for item in partial_decode_items(node, inputs, ctx, info)]}
 
 
 async def _decode_sentences(
-    ctx: QueryContext, handle: SeqHandle, params: DecodeParams, max_sentences: int
+    ctx: QueryContext, handle: SeqHandle, params: SamplingParams, max_sentences: int, info: Info
 ) -> str:
     """The decoded text, ended (sequence closed, blocks freed) after ``max_sentences``."""
     limit = SentenceLimit(max_sentences)
     try:
-        pieces = ctx.engines[handle.engine].decode(handle.seq, params)
+        pieces = ctx.engines[handle.engine].decode(handle.seq, params, info=info)
         async with contextlib.aclosing(pieces):
             async for piece in pieces:
-                limit.feed(_text(piece))
+                limit.feed(piece.text)
                 if limit.done:
                     break
     finally:
@@ -186,17 +189,17 @@ async def _decode_sentences(
 
 
 async def partial_decode_items(
-    node: Node, inputs: dict[str, Any], ctx: QueryContext
+    node: Node, inputs: dict[str, Any], ctx: QueryContext, info: Info
 ) -> AsyncIterator[str]:
     """PartialDecode: yield each list item as soon as the parser sees it complete. The decode
     ends (its sequence closed, its blocks freed) once ``max_items`` items are out. Decode with
     a list parse runs this too, so both give the same items."""
     llm, cfg, handle = ctx.engine(node), node.config, inputs["seq"]
-    parser = ItemParser(cfg["parse"], cfg["max_items"])
+    parser = ItemParser(cfg.parse, cfg.max_items)
     try:
-        async with contextlib.aclosing(llm.decode(handle.seq, cfg["params"])) as pieces:
+        async with contextlib.aclosing(llm.decode(handle.seq, cfg.params, info=info)) as pieces:
             async for piece in pieces:
-                for item in parser.feed(_text(piece)):
+                for item in parser.feed(piece.text):
                     yield item
                 if parser.full:
                     return
@@ -206,10 +209,12 @@ async def partial_decode_items(
         await ctx.close_seq(handle.engine, handle.seq)
 
 
-async def _score(node: Node, inputs: dict[str, Any], ctx: QueryContext) -> dict[str, Any]:
+async def _score(
+    node: Node, inputs: dict[str, Any], ctx: QueryContext, info: Info
+) -> dict[str, Any]:
     llm, handle = ctx.engine(node), inputs["seq"]
     try:
-        logprobs = await llm.score(handle.seq, list(node.config["options"]))
+        logprobs = await llm.score(handle.seq, list(node.config.options), info=info)
     finally:
         await ctx.close_seq(handle.engine, handle.seq)
     top = max(logprobs)
@@ -218,13 +223,32 @@ async def _score(node: Node, inputs: dict[str, Any], ctx: QueryContext) -> dict[
     return {"probs": tuple(w / total for w in weights)}
 
 
-async def _embed(node: Node, inputs: dict[str, Any], ctx: QueryContext) -> dict[str, Any]:
+async def _generate(
+    node: Node, inputs: dict[str, Any], ctx: QueryContext, info: Info
+) -> dict[str, Any]:
+    ids, params = list(inputs["prompt"]), inputs["params"]
+    handle = await _open_prefilled(ctx, node.engine, ids, info)
+    llm = ctx.engines[handle.engine]
+    try:
+        stream = llm.decode(handle.seq, params, info=info)
+        async for _ in stream:  # the pieces reach the query as they come (streamed answers)
+            pass
+    finally:
+        await ctx.close_seq(handle.engine, handle.seq)
+    return {"completion": stream.end}
+
+
+async def _embed(
+    node: Node, inputs: dict[str, Any], ctx: QueryContext, info: Info
+) -> dict[str, Any]:
     texts = [t if isinstance(t, str) else t.text for t in inputs["texts"]]
-    return {"vectors": list(await ctx.engine(node).embed(texts)) if texts else []}
+    if not texts:
+        return {"vectors": []}
+    return {"vectors": list(await ctx.engine(node).embed(texts, info=info))}
 
 
 def _collection(node: Node, ctx: QueryContext) -> str:
-    name = node.config["collection"]
+    name = node.config.collection
     if name != TEMP_COLLECTION:
         return name
     temp = f"{ctx.query_id}/{node.id}"
@@ -232,27 +256,34 @@ def _collection(node: Node, ctx: QueryContext) -> str:
     return temp
 
 
-async def _ingest(node: Node, inputs: dict[str, Any], ctx: QueryContext) -> dict[str, Any]:
+async def _ingest(
+    node: Node, inputs: dict[str, Any], ctx: QueryContext, info: Info
+) -> dict[str, Any]:
     name = _collection(node, ctx)
     docs, vectors = inputs["docs"], inputs["vectors"]
     if len(docs) != len(vectors):
         raise ValueError(f"{len(docs)} docs but {len(vectors)} vectors")
-    await ctx.engine(node).ingest(name, list(docs), list(vectors))
+    await ctx.engine(node).ingest(name, list(docs), list(vectors), info=info)
     return {"collection": name}
 
 
-async def _search(node: Node, inputs: dict[str, Any], ctx: QueryContext) -> dict[str, Any]:
-    collection = inputs["collection"] if "collection" in inputs else node.config["collection"]
+async def _search(
+    node: Node, inputs: dict[str, Any], ctx: QueryContext, info: Info
+) -> dict[str, Any]:
+    cfg = node.config
+    collection = inputs["collection"] if cfg.collection is None else cfg.collection
     if not inputs["vectors"]:
         return {"docs": []}
-    hits = await ctx.engine(node).search(collection, list(inputs["vectors"]), node.config["k"])
+    hits = await ctx.engine(node).search(collection, list(inputs["vectors"]), cfg.k, info=info)
     return {"docs": _ranked(hits)}
 
 
-async def _keyword_search(node: Node, inputs: dict[str, Any], ctx: QueryContext) -> dict[str, Any]:
+async def _keyword_search(
+    node: Node, inputs: dict[str, Any], ctx: QueryContext, info: Info
+) -> dict[str, Any]:
     if not inputs["queries"]:
         return {"docs": []}
-    hits = await ctx.engine(node).search(list(inputs["queries"]), node.config["k"])
+    hits = await ctx.engine(node).search(list(inputs["queries"]), node.config.k, info=info)
     return {"docs": _ranked(hits)}
 
 
@@ -265,16 +296,14 @@ def _ranked(hits: list[list[Doc]]) -> list[Doc]:
     ]
 
 
-async def _rerank(node: Node, inputs: dict[str, Any], ctx: QueryContext) -> dict[str, Any]:
+async def _rerank(
+    node: Node, inputs: dict[str, Any], ctx: QueryContext, info: Info
+) -> dict[str, Any]:
     if not inputs["docs"]:
         return {"docs": []}
-    return {
-        "docs": list(
-            await ctx.engine(node).rerank(
-                inputs["query"], list(inputs["docs"]), node.config["top_k"]
-            )
-        )
-    }
+    request = RerankRequest(inputs["query"], tuple(inputs["docs"]), node.config.top_k)
+    (docs,) = await ctx.engine(node).rerank([request], info=info)
+    return {"docs": list(docs)}
 
 
 # Control primitives compute without waiting: plain functions, so the runtime can run them
@@ -290,14 +319,15 @@ def condition_values(node: Node, inputs: dict[str, Any], ctx: QueryContext) -> d
 
 def aggregate_values(node: Node, inputs: dict[str, Any], ctx: QueryContext) -> dict[str, Any]:
     # Stream modes (concat, same) are executor logic; these two take two values.
-    if node.config["mode"] == "merge":
+    if node.config.mode == "merge":
         return {"value": [*inputs["a"], *inputs["b"]]}
     return {"value": inputs["a"] if inputs["a"] is not SKIPPED else inputs["b"]}
 
 
 def map_values(node: Node, inputs: dict[str, Any], ctx: QueryContext) -> dict[str, Any]:
-    spec = get_map(node.config["fn"])
-    return {"value": spec.func(node.config, **{p.name: inputs[p.name] for p in spec.inputs})}
+    cfg = node.config
+    spec = get_map(cfg.fn)
+    return {"value": spec.func(cfg.params, **{p.name: inputs[p.name] for p in spec.inputs})}
 
 
 SyncHandler = Callable[[Node, dict[str, Any], QueryContext], dict[str, Any]]
@@ -309,15 +339,19 @@ CONTROL_HANDLERS: dict[Op, SyncHandler] = {
 }
 
 
-async def _condition(node: Node, inputs: dict[str, Any], ctx: QueryContext) -> dict[str, Any]:
+async def _condition(
+    node: Node, inputs: dict[str, Any], ctx: QueryContext, info: Info
+) -> dict[str, Any]:
     return condition_values(node, inputs, ctx)
 
 
-async def _aggregate(node: Node, inputs: dict[str, Any], ctx: QueryContext) -> dict[str, Any]:
+async def _aggregate(
+    node: Node, inputs: dict[str, Any], ctx: QueryContext, info: Info
+) -> dict[str, Any]:
     return aggregate_values(node, inputs, ctx)
 
 
-async def _map(node: Node, inputs: dict[str, Any], ctx: QueryContext) -> dict[str, Any]:
+async def _map(node: Node, inputs: dict[str, Any], ctx: QueryContext, info: Info) -> dict[str, Any]:
     return map_values(node, inputs, ctx)
 
 
@@ -327,6 +361,7 @@ HANDLERS: dict[Op, Handler] = {
     Op.FULL_PREFILL: _full_prefill,
     Op.DECODE: _decode,
     Op.SCORE: _score,
+    Op.GENERATE: _generate,
     Op.EMBED: _embed,
     Op.INGEST: _ingest,
     Op.SEARCH: _search,

@@ -8,14 +8,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from ..ir.configs import AggregateConfig, DecodeConfig
 from ..ir.graph import INPUT_ID, OUTPUT_ID, EdgeKind, Node, Plan
 from ..ir.ops import Op
 from ..ir.ports import PortType
 from ..profiles.profile import EngineProfile, profile_for
 from .handlers import CONTROL_HANDLERS
-
-_DECODES = (Op.DECODE, Op.PARTIAL_DECODE)
-_PREFILLS = (Op.PREFILL, Op.PARTIAL_PREFILL, Op.FULL_PREFILL)
 
 
 def node_cost_ms(node: Node, profile: EngineProfile) -> float:
@@ -27,10 +25,11 @@ def node_cost_ms(node: Node, profile: EngineProfile) -> float:
     if not node.op.info.engine_kind:
         return 0.0
     latency = profile.latency
-    if node.op in _DECODES:
-        return node.config.get("max_tokens", 1) * latency.estimate_ms(1)
-    if node.op in _PREFILLS and "prompt" in node.config:
-        prompt = node.config["prompt"]
+    cfg = node.config
+    if isinstance(cfg, DecodeConfig):
+        return cfg.params.max_tokens * latency.estimate_ms(1)
+    prompt = cfg.prompt_or_none
+    if prompt is not None:
         tokens = len(prompt.template) // 4 + profile.placeholder_tokens * len(prompt.placeholders)
         return latency.estimate_ms(1, tokens)
     return latency.estimate_ms(1)
@@ -64,7 +63,8 @@ class NodeFacts:
             (e for e in plan.in_edges(node.id) if e.kind == EdgeKind.STREAM), None
         )
         self.streams_out = any(e.kind == EdgeKind.STREAM for e in plan.out_edges(node.id))
-        self.coalesce = node.op == Op.AGGREGATE and node.config.get("mode") == "coalesce"
+        cfg = node.config
+        self.coalesce = isinstance(cfg, AggregateConfig) and cfg.mode == "coalesce"
         self.inline = inline
         self.compute = CONTROL_HANDLERS[node.op] if inline else None
 

@@ -55,7 +55,7 @@ async def test_answers_stop_hold_the_fact_and_the_judge_decides(tmp_path) -> Non
 
     app = App.default(data_dir=str(tmp_path))
     app.add_workflow(judge_workflow())
-    engine = app.engines.instances("llm")[0].engine
+    engine = app.engines.instances("llm")[0]
     async with app:
         for name in ("naive_rag", "advanced_rag"):
             for question, gold in QUESTIONS[: 3 if name == "naive_rag" else 1]:

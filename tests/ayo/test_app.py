@@ -8,9 +8,11 @@ import pytest
 
 from ayo.__main__ import main
 from ayo.app import App
-from ayo.engine_set import EngineConfig, engine_kind
+from ayo.engine_set import SchedulerConfig
 from ayo.scheduler import PlanError
-from ayo.scheduler.sim.fakes import FakeEmbedder, FakeIndex, FakeLLM, fake_engines
+from ayo.scheduler.batching.engine_scheduler import QueueFull
+from ayo.scheduler.ir.engine_api import engine_kind
+from ayo.scheduler.sim.fakes import FakeEmbedder, FakeIndex, FakeLLM, PieceStream, fake_engines
 
 
 async def test_run_returns_outputs_latency_and_a_trace_with_every_primitive() -> None:
@@ -53,15 +55,17 @@ async def test_two_instances_of_one_engine_share_the_load() -> None:
 
 def test_configuration_errors_say_what_to_do() -> None:
     with pytest.raises(ValueError, match="unknown batching policy 'lifo'; choose one of"):
-        EngineConfig("lifo")
+        SchedulerConfig("lifo")
     app = App()
     app.add_engine("embedder", FakeEmbedder())
     with pytest.raises(ValueError, match="already registered"):
         app.add_engine("embedder", FakeEmbedder())
     with pytest.raises(ValueError, match="cannot be pooled"):
         app.add_engine("index", [FakeIndex(), FakeIndex()])
-    with pytest.raises(TypeError, match="implements no engine interface"):
+    with pytest.raises(TypeError, match="is not an engine: it must declare kind"):
         engine_kind(object())
+    with pytest.raises(TypeError, match="is not an engine"):
+        app.add_engine("llm", object())
     with pytest.raises(KeyError, match="unknown workflow 'nope'"):
         asyncio.run(app.run("nope", {"question": "x"}))
 
@@ -88,7 +92,7 @@ async def test_metrics_count_queries_batches_and_queue_depth() -> None:
 
 def test_default_app_names_what_is_missing(monkeypatch) -> None:
     monkeypatch.setitem(sys.modules, "ayo.engines.llm", None)  # as if the package were absent
-    with pytest.raises(RuntimeError, match=r"App\.default\(\) needs the embedded engines"):
+    with pytest.raises(RuntimeError, match=r"the embedded engines need their packages"):
         App.default()
 
 
@@ -117,11 +121,14 @@ async def test_llm_max_running_bounds_concurrent_decodes() -> None:
     class CountingLLM(FakeLLM):
         running = peak = 0
 
-        async def decode(self, seq, params):
+        def decode(self, seq, params, *, info=None):
+            return PieceStream(self._counted(super().decode(seq, params)), params)
+
+        async def _counted(self, stream):
             CountingLLM.running += 1
             CountingLLM.peak = max(CountingLLM.peak, CountingLLM.running)
             try:
-                async for piece in super().decode(seq, params):
+                async for piece in stream:
                     yield piece
             finally:
                 CountingLLM.running -= 1
@@ -130,7 +137,7 @@ async def test_llm_max_running_bounds_concurrent_decodes() -> None:
     for name, engine in fake_engines().items():
         if name == "llm":
             engine = CountingLLM(delay_s=0.001)
-            app.add_engine(name, engine, config=EngineConfig("depth", max_running=2))
+            app.add_engine(name, engine, config=SchedulerConfig("depth", max_running=2))
         else:
             app.add_engine(name, engine)
     async with app:
@@ -143,3 +150,33 @@ async def test_llm_max_running_bounds_concurrent_decodes() -> None:
         )
     assert CountingLLM.peak == 2 and CountingLLM.running == 0
     assert [o.outputs for o in outs] == [w.outputs for w in want]
+
+
+async def test_a_completion_is_a_query_with_a_trace_and_shares_the_admission() -> None:
+    """``App.complete`` (the OpenAI endpoints' door) runs the ``@completion`` workflow as any
+    query: its Generate primitive is traced on the LLM (its prefill and its decode), it is
+    counted in the metrics, and it holds one of the same ``max_queries`` slots as app queries."""
+    from ayo.scheduler import SamplingParams
+
+    async with App.fake(delay_s=0.02, max_queries=1) as app:
+        llm = app.engines.instances("llm")[0]
+        ids = llm.tokenizer.encode("why do stars shine")
+        params = SamplingParams(max_tokens=4)
+        result = await app.run("@completion", {"prompt": ids, "params": params})
+        end = result.outputs["completion"]
+        assert end.text == FakeLLM().answer("why do stars shine")[:20]
+        assert end.finish_reason == "length" and len(end.token_ids) == 4
+        rows = [(s.node_id, s.engine) for s in result.trace.spans]
+        assert rows == [("completion.generate", "llm")] * 2  # its prefill, then its decode
+        assert "@completion" not in app.workflows  # internal: not an app
+        pieces: list[str] = []
+        assert (await app.complete(ids, params, on_piece=pieces.append)).text == end.text
+        assert "".join(pieces) == end.text
+        query = asyncio.ensure_future(app.run("naive_rag", {"question": "bread"}))
+        await asyncio.sleep(0.005)
+        with pytest.raises(QueueFull, match="1 queries are in flight"):
+            await app.complete(ids, params, wait=False)  # the app query holds the one slot
+        await query
+        metrics = app.metrics.exposition().decode()
+    assert 'ayo_queries_total{app="@completion"} 2.0' in metrics
+    assert 'op="Generate"' in metrics

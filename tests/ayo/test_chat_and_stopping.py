@@ -8,7 +8,7 @@ import asyncio
 import pytest
 
 from ayo.passes import CompileContext, compile_workflow
-from ayo.scheduler import Doc, Op, PromptError, QueryRun, RegexTokenizer
+from ayo.scheduler import Doc, GraphRun, Op, PromptError, RegexTokenizer
 from ayo.scheduler.ir.functions import get_map
 from ayo.scheduler.ir.prompt import Prompt
 from ayo.scheduler.sim.fakes import FakeLLM, fake_engines
@@ -57,13 +57,13 @@ def test_plans_carry_the_rendered_prompt_and_the_split_keeps_a_prefix():
     ctx = CompileContext(tokenizer=ChatTokenizer())
     for optimize in (False, True):
         plan = compile_workflow(_rag(prompt), ctx, optimize=optimize)
-        prompts = [n.config["prompt"] for n in plan.nodes if "prompt" in n.config]
+        prompts = [n.config.prompt_or_none for n in plan.nodes if n.config.prompt_or_none]
         assert prompts and all(p.template.startswith("<system>Use the") for p in prompts)
     partial = next(n for n in plan.nodes if n.op == Op.PARTIAL_PREFILL)
-    head = partial.config["prompt"].template[: partial.config["split_at"]]
+    head = partial.config.prompt.template[: partial.config.split_at]
     assert head.endswith("Question: {question}\nContext: ")  # the question goes in early
     decode = next(n for n in plan.nodes if n.op == Op.DECODE)
-    assert decode.config["params"].stop == ("\n",) and decode.config["params"].max_tokens == 16
+    assert decode.config.params.stop == ("\n",) and decode.config.params.max_tokens == 16
 
 
 class CountingLLM(FakeLLM):
@@ -76,8 +76,8 @@ class CountingLLM(FakeLLM):
     def answer(self, prompt: str) -> str:
         return "".join(f"- query number {i}\n" for i in range(10))
 
-    async def decode(self, seq, params):
-        async for piece in super().decode(seq, params):
+    async def _decode(self, seq, params):
+        async for piece in super()._decode(seq, params):
             self.taken += 1
             yield piece
 
@@ -90,7 +90,7 @@ def test_expansion_ends_its_decode_after_n_items(optimize):
     wf.output("queries", queries["queries"])
     plan = compile_workflow(wf.build(), CompileContext(), optimize=optimize)
     llm = CountingLLM()
-    out = asyncio.run(QueryRun(plan, {"question": "q"}, {"llm": llm}).run())
+    out = asyncio.run(GraphRun(plan, {"question": "q"}, {"llm": llm}).run())
     assert out["queries"] == ["query number 0", "query number 1"]
     written = len("- query number 0\n- query number 1\n")
     assert llm.taken <= written // 5 + 1 < len(llm.answer("")) // 5  # stopped, not run out
@@ -110,7 +110,7 @@ def test_judge_scores_its_options_and_optimized_equals_unoptimized():
             plan = compile_workflow(wf.build(), CompileContext(), optimize=optimize)
             assert any(n.op == Op.SCORE for n in plan.nodes)
             engines = fake_engines()
-            outs.append(asyncio.run(QueryRun(plan, {"question": q}, engines).run()))
+            outs.append(asyncio.run(GraphRun(plan, {"question": q}, engines).run()))
             assert engines["llm"].open_sequences == 0
         assert outs[0] == outs[1]
         p = outs[0]["probability"]

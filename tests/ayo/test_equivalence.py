@@ -8,8 +8,8 @@ from hypothesis import strategies as st
 
 from ayo.apps import APPS
 from ayo.passes import CompileContext, compile_workflow
-from ayo.scheduler import EngineProfile, ExecutionError, PortType, Prompt, QueryRun
-from ayo.scheduler.sim.fakes import FakeEmbedder, FakeLLM, fake_engines
+from ayo.scheduler import EngineProfile, ExecutionError, GraphRun, PortType, Prompt
+from ayo.scheduler.sim.fakes import FakeEmbedder, FakeLLM, FakeReranker, fake_engines
 from ayo.workflow import (
     TEMP,
     Aggregate,
@@ -39,7 +39,7 @@ def run_both(workflow, inputs, ctx) -> tuple[dict, dict, dict]:
         plan = compile_workflow(workflow, ctx, optimize=optimize)
         engines = fake_engines()
         outs.append(
-            asyncio.run(asyncio.wait_for(QueryRun(plan, inputs, engines).run(), timeout=20))
+            asyncio.run(asyncio.wait_for(GraphRun(plan, inputs, engines).run(), timeout=20))
         )
         assert engines["llm"].open_sequences == 0 and engines["judge"].open_sequences == 0
         assert set(engines["index"].collections) == {"default"}  # per-query collections dropped
@@ -95,7 +95,7 @@ def test_stage_decomposition_embeds_in_micro_batches() -> None:
     for optimize in (False, True):
         plan = compile_workflow(APPS["naive_rag"].workflow(shape), ctx, optimize=optimize)
         engines = fake_engines()
-        asyncio.run(QueryRun(plan, inputs, engines).run())
+        asyncio.run(GraphRun(plan, inputs, engines).run())
         calls.append((engines["embedder"].calls, engines["index"].calls))
     # unoptimized: one Embed of all chunks, one of the question, one Ingest, one Search
     assert calls[0] == (2, 2)
@@ -106,10 +106,10 @@ def test_stage_decomposition_embeds_in_micro_batches() -> None:
 class _ObservedLLM(FakeLLM):
     decoding = 0
 
-    async def decode(self, seq, params):
+    async def _decode(self, seq, params):
         type(self).decoding += 1
         try:
-            async for piece in super().decode(seq, params):
+            async for piece in super()._decode(seq, params):
                 yield piece
         finally:
             type(self).decoding -= 1
@@ -120,7 +120,7 @@ class _ObservingEmbedder(FakeEmbedder):
         super().__init__()
         self.during_decode: list[bool] = []
 
-    async def embed(self, texts):
+    async def embed(self, texts, *, info=None):
         self.during_decode.append(_ObservedLLM.decoding > 0)
         return await super().embed(texts)
 
@@ -132,7 +132,7 @@ async def test_pipelined_search_starts_while_the_llm_still_writes(optimize: bool
         APPS["advanced_rag"].workflow(shape), CompileContext(shape=shape), optimize=optimize
     )
     engines = {**fake_engines(), "llm": _ObservedLLM(), "embedder": _ObservingEmbedder()}
-    await QueryRun(plan, {"question": "why do stars shine"}, engines).run()
+    await GraphRun(plan, {"question": "why do stars shine"}, engines).run()
     assert any(engines["embedder"].during_decode) == optimize
 
 
@@ -258,8 +258,8 @@ def test_random_workflows_optimized_equal_unoptimized(case) -> None:
 
 
 async def test_a_failed_query_releases_sequences_and_collections() -> None:
-    class BrokenReranker:
-        async def rerank(self, query, passages, top_k):
+    class BrokenReranker(FakeReranker):
+        async def rerank(self, requests, *, info=None):
             raise RuntimeError("reranker crashed")
 
     inputs = {"question": "why do stars shine", "documents": DOCS[:5]}
@@ -270,7 +270,7 @@ async def test_a_failed_query_releases_sequences_and_collections() -> None:
         ExecutionError,
         match=r"primitive 'rerank\.rerank' \(Rerank\) failed: RuntimeError: reranker crashed",
     ):
-        await QueryRun(plan, inputs, engines).run()
+        await GraphRun(plan, inputs, engines).run()
     # The PartialPrefills of the refine steps had opened sequences; the temp collection existed.
     assert engines["llm"].open_sequences == 0
     assert set(engines["index"].collections) == {"default"}

@@ -15,6 +15,7 @@ import pytest
 from ayo.apps import APPS
 from ayo.passes import DEFAULT_PASSES, CompileContext, compile_workflow
 from ayo.scheduler import Plan
+from ayo.scheduler.ir.configs import micro_batch
 from ayo.workflow import InputShape, lower
 
 GOLDEN = Path(__file__).parent / "golden"
@@ -29,7 +30,8 @@ SHAPES = {
 def node_set(plan: Plan) -> set[str]:
     out = set()
     for n in plan.nodes:
-        extra = f" micro_batch={n.config['micro_batch']}" if "micro_batch" in n.config else ""
+        size = micro_batch(n.config)
+        extra = f" micro_batch={size}" if size else ""
         out.add(f"{n.id} {n.op.value}" + (f" @{n.engine}" if n.engine else "") + extra)
     return out
 

@@ -47,7 +47,7 @@ async def test_real_engines_optimized_equals_unoptimized(tmp_path) -> None:
         base, opt = await asyncio.gather(
             app.run("tiny_rag", inputs, optimize=False), app.run("tiny_rag", inputs)
         )
-        stats = app.engines.instances("llm")[0].engine.stats()
+        stats = app.engines.instances("llm")[0].stats()
         temp = app.engines.instances("index")[0].temp_collections
     assert base.outputs == opt.outputs and base.outputs["answer"].strip()
     assert stats.running == 0 and stats.idle == 0  # every sequence closed

@@ -3,6 +3,7 @@
 import pytest
 
 from ayo.scheduler import Node, Op, PlanError, Port, PortType, PortTypeError, Prompt, PromptError
+from ayo.scheduler.ir.configs import EmbedConfig
 from ayo.workflow import (
     Aggregate,
     Embed,
@@ -85,6 +86,7 @@ def test_primitives_can_be_written_directly() -> None:
         "x",
         Op.EMBED,
         "embedder",
+        EmbedConfig(),
         inputs=(Port("texts", TL),),
         outputs=(Port("vectors", PortType.VECTORS),),
     )
@@ -123,4 +125,4 @@ def test_lowering_orders_modules_one_after_another() -> None:
     # ... but the module-by-module plan makes it wait for the expansion's last primitive.
     control = [e for e in plan.edges if plan.node(e.dst).input(e.dst_port).control]
     assert [(e.src, e.dst) for e in control] == [("exp.decode", "srch.as_list")]
-    assert plan.node("exp.decode").config["max_items"] == 2
+    assert plan.node("exp.decode").config.max_items == 2

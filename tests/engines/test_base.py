@@ -1,4 +1,5 @@
-"""BatchingEngine: cross-request batching, per-request errors, stats, unit batches, close."""
+"""BatchingEngine: batches computed as given (the runtime's engine scheduler forms them), per-request
+errors, stats, background work, close."""
 
 from __future__ import annotations
 
@@ -14,8 +15,8 @@ from ayo.engines import BatchConfig, BatchingEngine, EngineClosed, InvalidReques
 class Doubler(BatchingEngine[int, int]):
     """Doubles ints; 999 poisons a whole batch (a crash inside the compute)."""
 
-    def __init__(self, max_items: int = 64) -> None:
-        super().__init__("doubler", BatchConfig(max_batch_items=max_items))
+    def __init__(self) -> None:
+        super().__init__("doubler")
         self.gate = threading.Event()
         self.sizes: list[int] = []
         self.threads: set[str] = set()
@@ -33,18 +34,23 @@ class Doubler(BatchingEngine[int, int]):
         return [r * 2 if r != 7 else InvalidRequest("seven") for r in requests]
 
 
-async def test_requests_of_many_callers_share_batches():
+async def test_each_batch_runs_as_given_in_the_order_it_came():
+    """The engine re-forms nothing: three callers' batches run as three rounds, in order (the
+    runtime's engine scheduler decided them), on the engine's one worker thread."""
     engine = Doubler()
-    tasks = [asyncio.create_task(engine.submit(i)) for i in range(30)]
+    tasks = [
+        asyncio.create_task(engine.submit_many(batch, return_exceptions=True))
+        for batch in (list(range(10)), [10, 11], list(range(12, 30)))
+    ]
     await asyncio.sleep(0)  # all queued before the worker is released
     engine.gate.set()
-    results = await asyncio.gather(*tasks, return_exceptions=True)
+    results = [r for batch in await asyncio.gather(*tasks) for r in batch]
     assert results[7].__class__ is InvalidRequest
     assert [r for i, r in enumerate(results) if i != 7] == [2 * i for i in range(30) if i != 7]
-    assert sum(engine.sizes) == 30 and len(engine.sizes) <= 3
+    assert engine.sizes == [10, 2, 18]
     assert engine.threads == {"ayo-doubler"}
     stats = engine.stats()
-    assert (stats.submitted, stats.completed, stats.failed) == (30, 29, 1)
+    assert (stats.submitted, stats.completed, stats.failed, stats.batches) == (30, 29, 1, 3)
     engine.close()
 
 
@@ -54,18 +60,18 @@ async def test_a_crashing_request_fails_alone():
     results = await engine.submit_many([1, 999, 2, -1], return_exceptions=True)
     assert results[0] == 2 and results[2] == 4
     assert isinstance(results[1], RuntimeError) and isinstance(results[3], InvalidRequest)
+    assert engine.sizes == [3, 1, 2, 1, 1]  # the valid three, then halves down to the culprit
     assert await engine.submit(5) == 10  # still serving
     with pytest.raises(InvalidRequest):
         await engine.submit_many([1, -2])
     engine.close()
 
 
-async def test_submit_batch_runs_as_one_round_and_close():
-    engine = Doubler(max_items=2)
+async def test_close_refuses_new_work():
+    engine = Doubler()
     engine.gate.set()
-    assert await engine.submit_batch([1, 2, 3, 4, 5]) == [2, 4, 6, 8, 10]
-    assert engine.sizes == [5]  # a unit ignores max_batch_items
-    engine.close()
+    assert await engine.submit_many([1, 2, 3, 4, 5]) == [2, 4, 6, 8, 10]
+    await engine.stop()
     with pytest.raises(EngineClosed):
         await engine.submit(1)
 
@@ -88,7 +94,7 @@ async def test_background_work_yields_to_interactive_requests():
     """Bulk work (ingest) runs max_background_items per round and only when nothing else waits:
     a request arriving behind 40 background ones waits for at most one round."""
     engine = Doubler()
-    engine.batch_config = BatchConfig(max_batch_items=64, max_background_items=4)
+    engine.batch_config = BatchConfig(max_background_items=4)
     order: list[int] = []
     real = engine.run_batch
 

@@ -41,14 +41,19 @@ def test_matches_sentence_transformers(minilm, st_minilm, texts):
     assert ours.num_tokens[-1] > minilm.max_length == st_minilm.max_seq_length
 
 
-async def test_concurrent_callers_get_their_own_vectors(minilm, texts):
+async def test_a_batch_of_texts_equals_each_text_alone(minilm, texts):
+    """The runtime's scheduler merges texts of many queries into one call: one batch, packed
+    in forward passes by token budget, each text's vector as if it were embedded alone."""
     alone = [minilm.embed_sync([t]).vectors[0] for t in texts[:6]]
     before = minilm.stats()
-    together = await asyncio.gather(*(minilm.embed([t]) for t in texts[:6]))
+    together = await minilm.embed(texts[:6], info=None)
     for a, b in zip(alone, together):
-        np.testing.assert_allclose(a, b[0], atol=1e-6)  # padding in a shared batch changes nothing
+        np.testing.assert_allclose(a, b, atol=1e-6)  # padding in a shared batch changes nothing
     after = minilm.stats()
-    assert after.batches - before.batches < 6  # the six callers shared forward passes
+    assert after.batches - before.batches == 1
+    concurrent = await asyncio.gather(*(minilm.embed([t]) for t in texts[:6]))
+    for a, b in zip(alone, concurrent):  # separate calls: separate batches, same vectors
+        np.testing.assert_allclose(a, b[0], atol=1e-6)
 
 
 async def test_bad_text_fails_alone(minilm):

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import asyncio
-
 import numpy as np
 import pytest
 import torch
 
 from ayo.engines import InvalidRequest, Reranker
-from ayo.engines.reranker import CrossEncoderScorer
+from ayo.engines.records import Doc, RerankRequest
+from ayo.engines.reranker import CrossEncoderScorer, LexicalScorer
 
 QUERY = "What is the capital of France?"
 PASSAGES = [
@@ -19,6 +18,15 @@ PASSAGES = [
     "The Eiffel Tower is in Paris.",
     "z",
 ]
+DOCS = tuple(Doc(f"p{i}", text) for i, text in enumerate(PASSAGES))
+
+
+def _request(query: str, top_k: int = len(PASSAGES), docs: tuple = DOCS) -> RerankRequest:
+    return RerankRequest(query, docs, top_k)
+
+
+def _order(docs: list[Doc]) -> list[int]:
+    return [int(d.id[1:]) for d in docs]
 
 
 @pytest.fixture(scope="module")
@@ -53,18 +61,20 @@ async def test_cross_encoder_matches_transformers(tiny_cross_encoder):
     reranker = Reranker.from_model(tiny_cross_encoder)
     assert reranker.scorer == f"cross-encoder:{tiny_cross_encoder.name}"
     want = _reference_scores(tiny_cross_encoder, QUERY, PASSAGES)
-    result = await reranker.rerank(QUERY, PASSAGES)
-    np.testing.assert_allclose(result.scores, want[result.indices], rtol=1e-5, atol=1e-5)
-    assert result.indices == np.argsort(-want, kind="stable").tolist()
-    # Pairs of two queries at once share batches and still score the same.
+    (result,) = await reranker.rerank([_request(QUERY)])
+    order = _order(result)
+    np.testing.assert_allclose([d.score for d in result], want[order], rtol=1e-5, atol=1e-4)
+    assert order == np.argsort(-want, kind="stable").tolist()
+    # Two requests in one call: one scorer batch of every pair, each scored as alone.
     other = "Which fruit has potassium?"
-    both = await asyncio.gather(
-        reranker.rerank(QUERY, PASSAGES, 2), reranker.rerank(other, PASSAGES)
-    )
-    assert both[0].indices == result.indices[:2]
+    before = reranker.stats().batches
+    both = await reranker.rerank([_request(QUERY, 2), _request(other)])
+    assert reranker.stats().batches == before + 1
+    assert _order(both[0]) == order[:2]
     np.testing.assert_allclose(
-        sorted(both[1].scores), sorted(_reference_scores(tiny_cross_encoder, other, PASSAGES)),
-        rtol=1e-5, atol=1e-5,
+        sorted(d.score for d in both[1]),
+        sorted(_reference_scores(tiny_cross_encoder, other, PASSAGES)),
+        rtol=1e-5, atol=1e-4,
     )  # fmt: skip
     reranker.close()
 
@@ -90,15 +100,27 @@ def _pairs():
 async def test_default_reranker_scores_with_the_embedder(minilm):
     reranker = Reranker.from_model(embedder=minilm)
     assert reranker.scorer == "embedding-cosine:all-minilm-l6-v2"
-    result = await reranker.rerank(QUERY, PASSAGES, top_k=3)
+    (result,) = await reranker.rerank([_request(QUERY, 3)])
     vectors = minilm.embed_sync([QUERY, *PASSAGES]).vectors
     want = vectors[1:] @ vectors[0]
-    assert result.indices == np.argsort(-want)[:3].tolist() and result.indices[0] == 0
-    np.testing.assert_allclose(result.scores, want[result.indices], atol=1e-5)
+    assert _order(result) == np.argsort(-want)[:3].tolist() and result[0].id == "p0"
+    np.testing.assert_allclose([d.score for d in result], want[_order(result)], atol=1e-5)
     with pytest.raises(InvalidRequest):
-        await reranker.rerank("  ", PASSAGES)
+        await reranker.rerank([_request("  ")])
     with pytest.raises(InvalidRequest):
-        await reranker.rerank(QUERY, ["ok", ""])
+        await reranker.rerank([_request(QUERY, docs=(Doc("a", "ok"), Doc("b", "")))])
     with pytest.raises(InvalidRequest):
-        await reranker.rerank(QUERY, PASSAGES, top_k=0)
-    assert (await reranker.rerank(QUERY, [])).indices == []
+        _request(QUERY, top_k=0)
+    assert await reranker.rerank([_request(QUERY, docs=())]) == [[]]
+
+
+async def test_bm25_reranker_fuses_its_order_with_the_retrievals():
+    """The BM25 reranker moves a passage that shares the query's words up, without discarding
+    the order the passages came in: each scores 1/(61+rank) in both orders, summed."""
+    reranker = Reranker.of_kind("bm25")
+    assert isinstance(reranker.backend, LexicalScorer) and reranker.fuse
+    docs = (Doc("a", "rivers and valleys"), Doc("b", "bread and glass"),
+            Doc("c", "the capital of France is Paris"))  # fmt: skip
+    (fused,) = await reranker.rerank([RerankRequest("capital of France", docs, 3)])
+    assert [d.id for d in fused] == ["a", "c", "b"]  # c: last retrieved, first by BM25
+    assert fused[1].score == pytest.approx(1 / 63 + 1 / 61, abs=1e-6)

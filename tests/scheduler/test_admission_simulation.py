@@ -4,7 +4,7 @@ import asyncio
 
 import pytest
 
-from ayo.scheduler import DecodeParams, LatencyModel
+from ayo.scheduler import LatencyModel, SamplingParams
 from ayo.scheduler.batching.admission import Admission
 from ayo.scheduler.batching.policies import PendingRequest
 from ayo.scheduler.sim.fakes import FakeLLM
@@ -78,7 +78,7 @@ def test_sim_llm_shares_steps_between_running_sequences() -> None:
         t0 = loop.time()
         await asyncio.gather(*(llm.prefill(s, ids) for s in seqs))
         t1 = loop.time()  # one step: 2 items and their prompt tokens
-        params = DecodeParams(max_tokens=5)
+        params = SamplingParams(max_tokens=5)
         texts = await asyncio.gather(
             *(asyncio.ensure_future(_join(llm.decode(s, params))) for s in seqs)
         )
@@ -91,7 +91,7 @@ def test_sim_llm_shares_steps_between_running_sequences() -> None:
 
 
 async def _join(stream) -> str:
-    return "".join([p async for p in stream])
+    return "".join([p.text async for p in stream])
 
 
 def test_sim_embedder_takes_its_modelled_time() -> None:

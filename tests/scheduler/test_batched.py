@@ -5,7 +5,8 @@ import asyncio
 
 import pytest
 
-from ayo.scheduler import DecodeParams
+from ayo.engines.records import RerankRequest
+from ayo.scheduler import SamplingParams
 from ayo.scheduler.batching.llm_proxy import BatchedLLM, PooledSeq
 from ayo.scheduler.batching.proxies import (
     EmbedRunner,
@@ -13,7 +14,6 @@ from ayo.scheduler.batching.proxies import (
     IngestCall,
     KeywordCall,
     KeywordRunner,
-    RerankCall,
     RerankRunner,
     SearchCall,
 )
@@ -28,7 +28,7 @@ class PickyEmbedder(FakeEmbedder):
         super().__init__()
         self.seen: list[list[str]] = []
 
-    async def embed(self, texts):
+    async def embed(self, texts, *, info=None):
         self.seen.append(list(texts))
         if "poison" in texts:
             raise ValueError("cannot embed poison")
@@ -43,10 +43,10 @@ async def test_embed_runner_merges_into_one_call_and_splits() -> None:
     assert results == [await FakeEmbedder().embed(p) for p in payloads]
 
 
-async def test_failed_merged_call_is_retried_one_by_one() -> None:
+async def test_failed_merged_call_is_retried_in_halves() -> None:
     engine = PickyEmbedder()
     results = await EmbedRunner(engine).run_batch([["a"], ["poison"], ["b"]])
-    assert engine.seen == [["a", "poison", "b"], ["a"], ["poison"], ["b"]]
+    assert engine.seen == [["a", "poison", "b"], ["a"], ["poison", "b"], ["poison"], ["b"]]
     assert isinstance(results[1], ValueError) and "poison" in str(results[1])
     assert results[0] == await FakeEmbedder().embed(["a"])
     assert results[2] == await FakeEmbedder().embed(["b"])
@@ -56,7 +56,7 @@ async def test_index_runner_groups_by_collection_and_k() -> None:
     class Counting(FakeIndex):
         log: list[tuple] = []
 
-        async def search(self, collection, vectors, k):
+        async def search(self, collection, vectors, k, *, info=None):
             self.log.append((collection, len(vectors), k))
             return await super().search(collection, vectors, k)
 
@@ -86,15 +86,19 @@ async def test_keyword_and_rerank_runners() -> None:
     assert out == [await kw.search(["rivers"], 2), await kw.search(["bread"], 2)]
 
     class Broken(FakeReranker):
-        async def rerank(self, query, passages, top_k):
-            if query == "bad":
-                raise RuntimeError("reranker crashed")
-            return await super().rerank(query, passages, top_k)
+        batches: list[int] = []
 
-    out = await RerankRunner(Broken()).run_batch(
-        [RerankCall("good", corpus, 3), RerankCall("bad", corpus, 3)]
-    )
-    assert out[0] == await FakeReranker().rerank("good", corpus, 3)
+        async def rerank(self, requests, *, info=None):
+            self.batches.append(len(requests))
+            if any(r.query == "bad" for r in requests):
+                raise RuntimeError("reranker crashed")
+            return await super().rerank(requests)
+
+    good, bad = RerankRequest("good", corpus, 3), RerankRequest("bad", corpus, 3)
+    engine = Broken()
+    out = await RerankRunner(engine).run_batch([[good], [bad]])
+    assert engine.batches == [2, 1, 1]  # one scorer batch for both, then each alone
+    assert out[0] == await FakeReranker().rerank([good])
     assert isinstance(out[1], RuntimeError)
 
 
@@ -105,8 +109,8 @@ async def test_llm_pool_keeps_a_sequence_on_its_instance() -> None:
     s1, s2 = await llm.open(), await llm.open()
     assert isinstance(s1, PooledSeq) and {s1.instance, s2.instance} == {0, 1}
     ids = llm.tokenizer.encode("hello there")
-    await llm.prefill(s2, ids)
-    text = "".join([p async for p in llm.decode(s2, DecodeParams(64))])
+    await llm.prefill(s2, ids, info=None)
+    text = "".join([p.text async for p in llm.decode(s2, SamplingParams(64), info=None)])
     assert text == FakeLLM().answer("hello there")
     await llm.close(s1)
     await llm.close(s2)

@@ -1,5 +1,7 @@
 """The plan IR and its validation: every broken plan is rejected with the node named."""
 
+import dataclasses
+
 import pytest
 
 from ayo.scheduler import (
@@ -20,6 +22,8 @@ from ayo.scheduler import (
     validate,
 )
 from ayo.scheduler.ir import primitives as P
+from ayo.scheduler.ir.configs import MapConfig, SearchConfig
+from ayo.scheduler.ir.render import plan_to_json
 
 T, TL = PortType.TEXT, PortType.TEXT_LIST
 
@@ -90,7 +94,7 @@ def test_frozen_config_is_a_read_only_hashable_dict() -> None:
 
 def test_to_json_has_exactly_the_documented_fields() -> None:
     plan = Plan("chain", *map(tuple, _chain()))
-    data = plan.to_json()
+    data = plan_to_json(plan)
     assert set(data) == {"nodes", "edges"}
     assert data["nodes"][2] == {"id": "emb", "op": "Embed", "engine": "embedder", "module": ""}
     assert data["edges"][1] == {
@@ -172,6 +176,30 @@ def test_stream_rules() -> None:
         validate(Plan("s", tuple(nodes), tuple(e.with_(kind=EdgeKind.VALUE) for e in fixed)))
 
 
+def test_node_configs_are_typed_values() -> None:
+    search = P.search("s", "index", 3, "wiki")
+    assert search.config == SearchConfig(3, "wiki") and search.config.k == 3
+    assert hash(search.config) == hash(SearchConfig(3, "wiki"))
+    batched = search.with_(config={"micro_batch": 4})
+    assert batched.config.micro_batch == 4 and search.config.micro_batch == 0
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        search.config.k = 5  # type: ignore[misc]
+    with pytest.raises(TypeError, match="config must be a NodeConfig"):
+        Node("n", Op.SEARCH, "index", {"k": 3})  # type: ignore[arg-type]
+    wrong = P.search("s", "index", 3, "wiki").with_(op=Op.RERANK)
+    plan = Plan(
+        "w",
+        (
+            P.input_node([Port("v", PortType.VECTORS)]),
+            wrong,
+            P.output_node([Port("d", PortType.DOC_LIST)]),
+        ),
+        (Edge("input", "v", "s", "vectors"), Edge("s", "docs", "output", "d")),
+    )
+    with pytest.raises(PlanError, match="Rerank needs a RerankConfig, got SearchConfig"):
+        validate(plan)
+
+
 def test_primitive_constructors_check_config() -> None:
     with pytest.raises(PlanError, match="k must be >= 1"):
         P.search("s", "index", 0, "default")
@@ -187,9 +215,9 @@ def test_config_must_agree_with_ports() -> None:
     from ayo.scheduler import Prompt, PromptError
 
     nodes, edges = _chain()
-    nodes[4] = nodes[4].with_(config={"fn": "select_doc", "index": 0})  # same ports: fine
+    nodes[4] = nodes[4].with_(config=MapConfig("select_doc", FrozenConfig(index=0)))  # same ports
     validate(Plan("m", tuple(nodes), tuple(edges)))
-    nodes[4] = nodes[4].with_(config={"fn": "join_texts"})
+    nodes[4] = nodes[4].with_(config=MapConfig("join_texts"))
     with pytest.raises(UnknownPortError, match="node 'fmt': map 'join_texts' takes"):
         validate(Plan("m", tuple(nodes), tuple(edges)))
     pre = P.prefill("pre", "llm", Prompt("Q: {q}"))

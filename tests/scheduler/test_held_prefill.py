@@ -1,127 +1,85 @@
-"""Held (idle-gap) prefills of BatchedLLM: a PartialPrefill's tokens are computed when the LLM
-instance is idle, or folded into the sequence's next prefill or decode when that comes first."""
+"""Background (idle-gap) prefills: a PartialPrefill's tokens are computed by the LLM in a step with
+nothing else to do, or with the sequence's next prefill or decode when that comes first. The
+simulated LLM models it on a virtual clock, as the real engine does it (``engines/llm``; its own
+test is in ``tests/engines/llm/test_engine_api.py``)."""
 
 from __future__ import annotations
 
 import asyncio
 
-from ayo.scheduler import DecodeParams
-from ayo.scheduler.batching.engine_scheduler import EngineScheduler
+import pytest
+
+from ayo.scheduler import LatencyModel, SamplingParams
 from ayo.scheduler.batching.llm_proxy import BatchedLLM
-from ayo.scheduler.batching.proxies import PrefillRunner
 from ayo.scheduler.sim.fakes import FakeLLM
+from ayo.scheduler.sim.simulation import SimLLM, run_virtual
 
 HEAD, TAIL = "system words and the question", "then the retrieved context"
+LATENCY = LatencyModel(fixed_ms=10.0, per_item_ms=1.0, per_token_ms=0.5)
 
 
-async def _text(llm: BatchedLLM, seq: object) -> str:
-    return "".join([p async for p in llm.decode(seq, DecodeParams(64))])
+async def _text(llm, seq) -> str:
+    return "".join([p.text async for p in llm.decode(seq, SamplingParams(16), info=None)])
 
 
-def _llm(
-    engine: FakeLLM, scheduled: bool, on_batch=None
-) -> tuple[BatchedLLM, list[EngineScheduler]]:
-    if not scheduled:
-        return BatchedLLM("llm", [engine], on_batch=on_batch), []
-    sched = EngineScheduler(PrefillRunner(engine), "llm", on_batch=on_batch)
-    sched.start()
-    return BatchedLLM("llm", [engine], [sched], on_batch=on_batch), [sched]
+def test_background_tokens_run_in_an_idle_step() -> None:
+    async def main() -> None:
+        llm = SimLLM(LATENCY)
+        head, tail = llm.tokenizer.encode(HEAD), llm.tokenizer.encode(TAIL)
+        seq = await llm.open()
+        llm.prefill_when_idle(seq, head, info=None)  # idle: a background step after the grace
+        await asyncio.sleep(0.05)
+        assert (llm.background_steps, llm.steps) == (1, 0)
+        t0 = asyncio.get_running_loop().time()
+        await llm.prefill(seq, tail, info=None)  # only the tail is left to compute
+        took = asyncio.get_running_loop().time() - t0
+        assert took == pytest.approx(LATENCY.estimate_ms(1, len(tail)) / 1e3)
+        assert await _text(llm, seq) == FakeLLM().answer(llm.tokenizer.decode(head + tail))[:80]
+
+    run_virtual(main())
 
 
-async def _check_idle_gap(scheduled: bool) -> None:
-    engine = FakeLLM()
-    llm, scheds = _llm(engine, scheduled)
-    head, tail = engine.tokenizer.encode(HEAD), engine.tokenizer.encode(TAIL)
-    seq = await llm.open()
-    llm.prefill_when_idle(seq, head)  # idle: issued at once
-    await asyncio.sleep(0.01)
-    assert engine.prefill_calls == [len(head)]
-    await llm.prefill(seq, tail)
-    assert engine.prefill_calls == [len(head), len(tail)]
-    assert await _text(llm, seq) == FakeLLM().answer(engine.tokenizer.decode(head + tail))
-    await llm.close(seq)
-    for s in scheds:
-        await s.stop()
+def test_a_busy_llm_folds_background_tokens_into_the_next_prefill() -> None:
+    async def main() -> None:
+        llm = SimLLM(LATENCY)
+        head, tail = llm.tokenizer.encode(HEAD), llm.tokenizer.encode(TAIL)
+        other = await llm.open()
+        await llm.prefill(other, llm.tokenizer.encode("another query"), info=None)
+        running = asyncio.ensure_future(_text(llm, other))  # 16 decode steps: always busy
+        await asyncio.sleep(0)
+        seq = await llm.open()
+        llm.prefill_when_idle(seq, head, info=None)
+        await asyncio.sleep(0.03)
+        assert llm.background_steps == 0  # never idle: held
+        await llm.prefill(seq, tail, info=None)  # one request: the held tokens, then the tail
+        await running
+        assert llm.background_steps == 0
+        assert await _text(llm, seq) == FakeLLM().answer(llm.tokenizer.decode(head + tail))[:80]
+
+    run_virtual(main())
 
 
-async def test_held_prefill_runs_in_an_idle_gap() -> None:
-    await _check_idle_gap(scheduled=False)
-    await _check_idle_gap(scheduled=True)
+def test_a_decode_takes_the_held_tokens_and_closing_drops_them() -> None:
+    async def main() -> None:
+        llm = SimLLM(LATENCY)
+        head = llm.tokenizer.encode(HEAD)
+        other = await llm.open()
+        await llm.prefill(other, head, info=None)
+        busy = asyncio.ensure_future(_text(llm, other))
+        await asyncio.sleep(0)
+        a, b = await llm.open(), await llm.open()
+        llm.prefill_when_idle(a, head, info=None)
+        llm.prefill_when_idle(b, head, info=None)
+        await llm.close(b)  # a cancelled query: nothing is computed for it
+        assert await _text(llm, a) == FakeLLM().answer(llm.tokenizer.decode(head))[:80]
+        await busy
+        await asyncio.sleep(0.05)
+        assert llm.background_steps == 0 and llm.open_sequences == 2
+
+    run_virtual(main())
 
 
-async def test_busy_llm_folds_held_tokens_into_the_next_prefill() -> None:
-    engine = FakeLLM()
-    records: list = []  # finished prefill batches and decodes
-    llm, scheds = _llm(engine, scheduled=True, on_batch=records.append)
-    head, tail = engine.tokenizer.encode(HEAD), engine.tokenizer.encode(TAIL)
-    other = await llm.open()
-    first = engine.tokenizer.encode("another query")
-    await llm.prefill(other, first)
-    running = llm.decode(other, DecodeParams(64))
-    await running.__anext__()  # a decode is running: the instance is busy
-    seq = await llm.open()
-    llm.prefill_when_idle(seq, head)
-    await asyncio.sleep(0.01)
-    assert engine.prefill_calls == [len(first)]  # held, not issued
-    await llm.prefill(seq, tail)  # one request: held tokens first, then the rest
-    assert engine.prefill_calls == [len(first), len(head) + len(tail)]
-    await asyncio.sleep(0)
-    # the held primitive keeps its trace row: folded into the request that computed it
-    prefills = [r for r in records if r.requests[0].payload is not None]
-    folded = [x for r in prefills for x in r.primitives if x not in r.requests]
-    assert len(folded) == 1 and folded[0].tokens == len(head)
-    assert [len(r.requests) for r in prefills] == [1, 1]  # the other query's, then this one
-    rest = [p async for p in running]
-    assert rest  # the other query's decode went on undisturbed
-    assert await _text(llm, seq) == FakeLLM().answer(engine.tokenizer.decode(head + tail))
-    await llm.close(other)
-    await llm.close(seq)
-    await scheds[0].stop()
-
-
-async def test_held_tokens_issue_when_the_llm_frees_up_and_before_a_decode() -> None:
-    engine = FakeLLM()
-    llm, scheds = _llm(engine, scheduled=True)
-    head = engine.tokenizer.encode(HEAD)
-    other = await llm.open()
-    running = llm.decode(other, DecodeParams(64))
-    await running.__anext__()
-    a, b = await llm.open(), await llm.open()
-    llm.prefill_when_idle(a, head)
-    llm.prefill_when_idle(b, head[:3])
-    await asyncio.sleep(0.01)
-    assert engine.prefill_calls == []
-    async for _ in running:  # the decode ends: both held prefills are issued
-        pass
-    await asyncio.sleep(0.01)
-    assert sorted(engine.prefill_calls) == [3, len(head)]
-    c = await llm.open()
-    llm.prefill_when_idle(c, head)
-    # a decode with nothing else to prefill computes the held tokens first
-    assert await _text(llm, c) == FakeLLM().answer(engine.tokenizer.decode(head))
-    for s in (other, a, b, c):
-        await llm.close(s)
-    await scheds[0].stop()
-
-
-async def test_closing_a_sequence_drops_its_held_tokens() -> None:
-    engine = FakeLLM()
-    llm, scheds = _llm(engine, scheduled=True)
-    other = await llm.open()
-    running = llm.decode(other, DecodeParams(64))
-    await running.__anext__()
-    seq = await llm.open()
-    llm.prefill_when_idle(seq, engine.tokenizer.encode(HEAD))
-    await llm.close(seq)  # a cancelled query: nothing is computed for it
-    async for _ in running:
-        pass
-    await asyncio.sleep(0.01)
-    assert engine.prefill_calls == [] and engine.open_sequences == 1
-    await llm.close(other)
-    await scheds[0].stop()
-
-
-async def test_app_holds_partial_prefills_for_an_idle_gap(monkeypatch) -> None:
+async def test_app_sends_partial_prefills_to_the_background(monkeypatch) -> None:
     """The PartialPrefill handler goes through ``prefill_when_idle`` (not a plain prefill), and
     the optimized plan still answers as the module-by-module one, with a trace row per primitive."""
     from ayo.app import App
@@ -129,9 +87,9 @@ async def test_app_holds_partial_prefills_for_an_idle_gap(monkeypatch) -> None:
     held: list[int] = []
     original = BatchedLLM.prefill_when_idle
 
-    def spy(self: BatchedLLM, seq: object, tokens: list[int]) -> None:
+    def spy(self: BatchedLLM, seq: object, tokens: list[int], *, info: object) -> None:
         held.append(len(tokens))
-        original(self, seq, tokens)
+        original(self, seq, tokens, info=info)
 
     monkeypatch.setattr(BatchedLLM, "prefill_when_idle", spy)
     inputs = {"question": "why is the sky blue"}

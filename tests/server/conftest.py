@@ -13,7 +13,8 @@ Fixtures:
 Besides the built-in apps, the state has ``short_rag`` (question -> top-3 search of ``wiki`` ->
 an answer of at most ``SHORT_TOKENS`` tokens; outputs ``answer`` and ``docs``): use it to keep
 generation short; and ``long_answer`` (question -> 64 tokens, no retrieval, a short prompt).
-Request bodies are limited to 1 MiB. Concurrency limit: ``MAX_QUERIES`` app queries and as many raw engine requests.
+Request bodies are limited to 1 MiB. Concurrency limit: ``MAX_QUERIES`` queries (app queries and OpenAI requests alike) and
+``MAX_QUEUED`` waiting for a slot.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ import pytest
 
 CORPUS_LIMIT = 24
 MAX_QUERIES = 3
+MAX_QUEUED = 1  # queries that may wait for a slot (the server's default is generous: 1024)
 SHORT_TOKENS = 8
 API_KEY = "test-key-123"
 
@@ -120,6 +122,7 @@ class _ServerThread:
             corpus="wiki",
             corpus_limit=CORPUS_LIMIT,
             max_concurrent_queries=MAX_QUERIES,
+            max_queued_queries=MAX_QUEUED,
             query_timeout_s=120,
             max_body_mb=1,
             max_document_mb=0.5,

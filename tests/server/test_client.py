@@ -136,12 +136,13 @@ async def test_connection_failed():
     assert e.value.status == 0 and e.value.type == "connection_error"
 
 
-async def test_rate_limited_while_streams_hold_every_slot(server, server_url):
-    """Fill the server's MAX_QUERIES raw-request slots with live streams, then one more request
-    is refused with 429; leaving the streams frees the slots and the KV blocks."""
+async def test_chat_completions_and_app_queries_share_one_admission(server, server_url):
+    """MAX_QUERIES chat streams hold every query slot of the App: an app query then waits in
+    line (one place, MAX_QUEUED), a completion beyond the line is refused with 429; leaving the
+    streams lets the app query run, and frees the slots and the KV blocks."""
     from tests.server.conftest import MAX_QUERIES
 
-    llm = server.state.llm
+    llm, app = server.state.llm, server.state.app
     before = llm.stats().used_blocks
     clients = [AsyncClient(server_url, timeout=60) for _ in range(MAX_QUERIES)]
     streams = []
@@ -150,10 +151,21 @@ async def test_rate_limited_while_streams_hold_every_slot(server, server_url):
             s = await c.chat(MESSAGES, max_tokens=1500, ignore_eos=True, stream=True)
             await anext(s)  # the first text arrives: the request holds its slot
             streams.append(s)
-        async with AsyncClient(server_url) as extra:
+        assert app.in_flight == MAX_QUERIES
+        async with AsyncClient(server_url, timeout=60) as waiting, AsyncClient(server_url) as extra:
+            query = asyncio.ensure_future(waiting.query("short_rag", {"question": "the sea"}))
+            for _ in range(100):
+                if app.waiting:
+                    break
+                await asyncio.sleep(0.05)
+            assert app.waiting == 1 and not query.done()  # an app query waits for a chat's slot
             with pytest.raises(RateLimited) as e:
                 await extra.complete("hi", max_tokens=1)
-        assert e.value.status == 429 and e.value.type == "rate_limit_error"
+            assert e.value.status == 429 and e.value.type == "rate_limit_error"
+            for s in streams:
+                await s.aclose()
+            streams = []
+            assert (await query).outputs["answer"]
     finally:
         for s in streams:
             await s.aclose()
@@ -161,8 +173,8 @@ async def test_rate_limited_while_streams_hold_every_slot(server, server_url):
             await c.close()
     for _ in range(200):
         stats = llm.stats()
-        if server.state.admission.in_flight == 0 and stats.used_blocks == before:
+        if app.in_flight == 0 and stats.used_blocks == before:
             break
         await asyncio.sleep(0.05)
-    assert server.state.admission.in_flight == 0
+    assert app.in_flight == 0 and app.waiting == 0
     assert stats.running + stats.waiting + stats.idle == 0 and stats.used_blocks == before

@@ -10,6 +10,7 @@ import pytest
 
 from ayo.apps import APPS
 from ayo.plan_cache import PlanCache
+from ayo.scheduler import plan_to_json
 from ayo.workflow import InputShape
 from tests.server.conftest import CORPUS_LIMIT
 
@@ -44,7 +45,7 @@ async def test_apps_list_inputs_and_the_plans_the_cli_prints(server: object) -> 
             # documents where they are required)
             sizes = {n: 16 if n == "documents" else 1 for n in app.required}
             expected = PlanCache().get(app, InputShape.from_sizes(**sizes), optimize=optimize)
-            assert served[name] == expected.to_json(), name
+            assert served[name] == plan_to_json(expected), name
 
 
 @pytest.mark.skipif(shutil.which("dot") is None, reason="Graphviz `dot` is not installed")
@@ -99,9 +100,15 @@ async def test_ingest_list_and_retrieve(server: object) -> None:
 
 
 async def test_metrics_expose_the_key_series(server: object) -> None:
+    """An app query and a chat completion both show in the per-primitive series: the chat
+    completion is a query of the ``@completion`` workflow (one Generate primitive on the LLM)."""
     async with aiohttp.ClientSession() as s:
         body = {"inputs": {"question": "Who was Plato?"}}
         async with s.post(server.url + "/v1/apps/short_rag/query", json=body) as r:
+            assert r.status == 200
+        chat = {"model": "smollm2-135m-instruct", "max_tokens": 4,
+                "messages": [{"role": "user", "content": "Hello"}]}  # fmt: skip
+        async with s.post(server.url + "/v1/chat/completions", json=chat) as r:
             assert r.status == 200
         async with s.get(server.url + "/metrics") as r:
             assert r.status == 200 and r.content_type == "text/plain"
@@ -116,8 +123,11 @@ async def test_metrics_expose_the_key_series(server: object) -> None:
         "ayo_llm_kv_blocks_total",
         "ayo_llm_prefix_cache_hit_rate",
         'ayo_llm_sequences{state="running"}',
-        'ayo_server_in_flight{kind="app_query"}',
+        'ayo_server_in_flight{kind="query"}',
+        'ayo_server_in_flight{kind="waiting"}',
         "ayo_corpus_embedded_at_startup",
+        'ayo_queries_total{app="@completion"}',
+        'ayo_primitive_latency_seconds_bucket{engine="llm",le="+Inf",op="Generate"}',
     ):
         assert series in text, series
     total = float(re.search(r"^ayo_llm_kv_blocks_total (\S+)$", text, re.M).group(1))

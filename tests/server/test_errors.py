@@ -3,10 +3,12 @@ the JSON shape, never a traceback."""
 
 from __future__ import annotations
 
+import asyncio
+
 import aiohttp
 import pytest
 
-from tests.server.conftest import MAX_QUERIES
+from tests.server.conftest import MAX_QUERIES, MAX_QUEUED
 from tests.server.helpers import error_of, sse_events, wait_until
 
 Q = "/v1/apps/short_rag/query"
@@ -102,9 +104,10 @@ async def test_api_key_is_required_when_set(keyed_server: object) -> None:
             assert r.status == 400  # past auth: now the body is checked
 
 
-async def test_full_server_is_429_and_frees_its_slots(server: object) -> None:
-    """MAX_QUERIES streams in flight: one more query gets 429 at once; after the streams are
-    dropped the slots and KV blocks come back (the next tests' queries run)."""
+async def test_full_server_queues_then_is_429_and_frees_its_slots(server: object) -> None:
+    """MAX_QUERIES streams in flight: the next query waits in line (MAX_QUEUED places), one
+    beyond the line gets 429 at once; once the streams are dropped the waiting query runs, and
+    the slots and KV blocks come back (the next tests' queries run)."""
     body = {"inputs": {"question": "the sea"}, "stream": True}
     url = server.url + "/v1/apps/long_answer/query"
     async with aiohttp.ClientSession() as s:
@@ -112,11 +115,21 @@ async def test_full_server_is_429_and_frees_its_slots(server: object) -> None:
         for r in held:
             assert r.status == 200
             assert (await anext(sse_events(r)))[0] == "delta"
+
+        async def query() -> tuple[int, dict]:
+            async with s.post(server.url + Q, json={"inputs": {"question": "q"}}) as r:
+                return r.status, await r.json()
+
+        waiting = asyncio.ensure_future(query())
+        assert await wait_until(lambda: server.state.app.waiting == MAX_QUEUED)
         status, error = await _post(server.url, Q, json={"inputs": {"question": "q"}})
         assert status == 429 and error["type"] == "rate_limit_error"
-        assert str(MAX_QUERIES) in error["message"]
+        assert f"{MAX_QUERIES} queries are in flight and {MAX_QUEUED} waiting" in error["message"]
+        assert not waiting.done()
         for r in held:
             r.close()
+        status, answer = await waiting
+        assert status == 200 and answer["outputs"]["answer"]
     llm = server.state.llm
     assert await wait_until(lambda: server.state.app.in_flight == 0)
     assert await wait_until(lambda: llm.stats().running == 0 and llm.stats().used_blocks == 0)

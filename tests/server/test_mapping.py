@@ -32,6 +32,33 @@ async def test_max_queries_refuses_or_waits() -> None:
         App(max_queries=0)
 
 
+async def test_a_bounded_line_waits_under_the_deadline_then_refuses() -> None:
+    """Past ``max_queries``, up to ``max_waiting`` queries wait for a slot in arrival order;
+    one more is refused at once; a waiting query whose deadline passes fails with
+    DeadlineExceeded and leaves the line."""
+    async with App.fake(delay_s=0.05, max_queries=1, max_waiting=1) as app:
+        first = asyncio.ensure_future(app.run("naive_rag", {"question": "bread"}))
+        await asyncio.sleep(0.01)
+        second = asyncio.ensure_future(app.run("naive_rag", {"question": "glass"}))
+        await asyncio.sleep(0.01)
+        assert (app.in_flight, app.waiting) == (1, 1)
+        with pytest.raises(QueueFull, match="1 queries are in flight and 1 waiting"):
+            await app.run("naive_rag", {"question": "stars"})
+        assert (await second).outputs["answer"] and first.done()
+        blocker = asyncio.ensure_future(app.run("naive_rag", {"question": "bread"}))
+        await asyncio.sleep(0.01)
+        with pytest.raises(DeadlineExceeded, match="waiting for a slot"):
+            await app.run("naive_rag", {"question": "late"}, deadline=0.02)
+        assert app.waiting == 0
+        await blocker
+        async with app.slot():  # a collection search holds a slot as a query does
+            assert app.in_flight == 1
+            with pytest.raises(QueueFull):
+                async with app.slot(wait=False):
+                    pass
+        assert app.in_flight == 0
+
+
 @pytest.mark.parametrize(
     ("exc", "status", "kind"),
     [

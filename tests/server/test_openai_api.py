@@ -110,7 +110,7 @@ async def test_completions_equal_engine_greedy(client, server):
     assert [c.index for c in reply.choices] == [0, 1]
     refs = [engine_generate(server, p, max_tokens=8) for p in prompts]
     assert [c.text for c in reply.choices] == [r.text for r in refs]
-    tok = server.state.llm.tokenizer
+    tok = server.state.llm.hf_tokenizer
     assert reply.usage.prompt_tokens == sum(len(tok(p)["input_ids"]) for p in prompts)
     assert reply.usage.completion_tokens == sum(len(r.token_ids) for r in refs)
     # token ids as the prompt give the same text
@@ -184,7 +184,7 @@ async def test_app_model_runs_the_app(client, server):
     ]
     reply = await client.chat.completions.create(model="app:short_rag", messages=msgs)
     assert reply.choices[0].message.content == answer
-    tok = server.state.llm.tokenizer
+    tok = server.state.llm.hf_tokenizer
     assert reply.usage.prompt_tokens == len(tok(question)["input_ids"])
     assert reply.usage.completion_tokens == len(tok(answer)["input_ids"])
     stream = await client.chat.completions.create(model="app:short_rag", messages=msgs, stream=True)

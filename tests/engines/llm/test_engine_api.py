@@ -277,3 +277,50 @@ async def test_partial_decode_then_more_prefill(tiny_llama, greedy):
         await eng.close(seq)
     assert list(first.token_ids) == tiny_llama.expected[1][:5]
     assert list(second.token_ids) == greedy(tiny_llama.hf, p + list(first.token_ids) + [7, 8, 9], 8)
+
+
+async def test_background_prefill_fills_an_idle_step_or_goes_with_the_next_call(tiny_llama, greedy):
+    """``prefill_when_idle``: on an idle engine its tokens are computed in a step of their own;
+    on a busy one they wait, and the sequence's next prefill computes them with its own tokens
+    in one chunk. Either way the sequence then decodes as if prefilled at once."""
+    head, tail = list(range(3, 23)), [7, 8, 9]
+    async with engine(tiny_llama, enable_prefix_caching=False) as eng:
+        steps = eng.record_steps()
+        seq = await eng.open()
+        eng.prefill_when_idle(seq, head)
+        await asyncio.sleep(0.1)  # idle: computed after the grace period
+        assert eng._core.seqs[seq.seq_id].num_computed_tokens == len(head)
+        assert [c[1] for c in steps[-1].chunks] == [len(head)]
+        await eng.prefill(seq, tail)
+        idle = await eng.decode(seq, max_tokens=6, ignore_eos=True).collect()
+        await eng.close(seq)
+
+        busy = await eng.open(tiny_llama.prompts[1])
+        running = eng.decode(busy, LONG)  # a long decode keeps every step busy
+        await running.__anext__()
+        seq = await eng.open()
+        eng.prefill_when_idle(seq, head)
+        await asyncio.sleep(0.1)
+        assert eng._core.seqs[seq.seq_id].num_computed_tokens == 0  # held: the engine is busy
+        before = len(steps)
+        await eng.prefill(seq, tail)  # the held tokens go in with these, one chunk
+        ran = [n for s in steps[before:] for q, n in s.chunks if n > 1]
+        assert ran == [len(head) + len(tail)]
+        folded = await eng.decode(seq, max_tokens=6, ignore_eos=True).collect()
+        await running.aclose()
+        await eng.close(busy)
+        await eng.close(seq)
+        eng.record_steps(False)
+        assert_no_leak(eng)
+    want = greedy(tiny_llama.hf, head + tail, 6)
+    assert list(idle.token_ids) == list(folded.token_ids) == want
+
+
+async def test_a_refused_background_prefill_fails_its_sequences_next_call(tiny_llama):
+    async with engine(tiny_llama) as eng:
+        seq = await eng.open()
+        eng.prefill_when_idle(seq, [10**9])  # out of the vocabulary: nobody waits to hear it
+        with pytest.raises(InvalidRequest, match="token ids out of range"):
+            await eng.prefill(seq, [1, 2])
+        await eng.close(seq)
+        assert_no_leak(eng)

@@ -62,13 +62,12 @@ async def test_a_first_start_measures_every_engine_and_a_later_one_loads(tiny_ll
     call measures each kind (progress reported), stores the file and gives the App the
     profiles its plans and critical-path costs then read; the next call only loads it."""
     from ayo import profiling
-    from ayo.adapters import LLMAdapter
     from ayo.app import App
     from ayo.scheduler.sim.fakes import fake_engines
 
     eng = LLMEngine.from_model(tiny_llama.path, block_size=4, num_blocks=256, max_model_len=64)
     app = App()
-    engines = {**fake_engines(), "llm": LLMAdapter(eng)}
+    engines = {**fake_engines(), "llm": eng}
     engines.pop("judge", None)
     for name, engine in engines.items():
         app.add_engine(name, engine)
@@ -89,7 +88,7 @@ async def test_a_first_start_measures_every_engine_and_a_later_one_loads(tiny_ll
         plan = App.fake().plan("naive_rag", {"question": "why?"})  # the tiny model has no tokenizer
         costs = app._plan_costs(plan)  # what the critical-path policy reads
         decode = next(n for n in costs.facts.values() if n.op == "Decode")
-        expected = decode.node.config["max_tokens"] * first["llm"].latency.estimate_ms(1)
+        expected = decode.node.config.params.max_tokens * first["llm"].latency.estimate_ms(1)
         assert costs.cost_ms[decode.node_id] == pytest.approx(expected)
         said.clear()
         again = await profiling.ensure_profiles(app, path, engines["embedder"], said.append)

@@ -77,7 +77,7 @@ async def test_score_matches_transformers(smol):
     ctx, cand = smol.prompts[0], smol.expected[0][:6]
     async with engine(smol) as eng:
         seq = await eng.open(ctx)
-        (score,) = await eng.score(seq, [cand])
+        (score,) = await eng.score_tokens(seq, [cand])
         await eng.close(seq)
     with torch.inference_mode():
         logp = torch.log_softmax(smol.hf(torch.tensor([ctx + cand])).logits[0].float(), -1)
@@ -97,7 +97,7 @@ async def test_bfloat16_close_to_transformers_bfloat16(smol, greedy):
         agree = []
         for ctx, cont in zip(smol.prompts, smol.expected):
             seq = await eng.open(ctx)
-            (score,) = await eng.score(seq, [cont])
+            (score,) = await eng.score_tokens(seq, [cont])
             await eng.close(seq)
             with torch.inference_mode():
                 logits = hf16(torch.tensor([ctx + cont])).logits[0].float()

@@ -142,10 +142,8 @@ def test_an_order_keeps_outputs_equal_and_frees_everything(tiny_llama):
 async def test_the_runtime_gives_each_llm_call_its_primitives_request_info(tiny_llama):
     """BatchedLLM under ``depth`` sets the engine's step order and hands each prefill and
     decode the calling primitive's depth and query."""
-    from ayo.adapters import LLMAdapter
     from ayo.scheduler.batching.llm_proxy import BatchedLLM
-    from ayo.scheduler.batching.request_info import CURRENT, RequestInfo
-    from ayo.scheduler.ir.engine_api import DecodeParams
+    from ayo.scheduler.batching.request_info import RequestInfo
 
     class Facts:
         node_id, op, depth, remaining_ms = "gen", "decode", 4, 50.0
@@ -156,70 +154,44 @@ async def test_the_runtime_gives_each_llm_call_its_primitives_request_info(tiny_
         def remaining_ms(self):
             return 80.0
 
-        def decoded(self, node_id, piece):
+        def decoded(self, node_id, text):
             pass
 
     eng = LLMEngine.from_model(tiny_llama.path, block_size=4, num_blocks=64, max_model_len=64)
     async with eng:
-        llm = BatchedLLM("llm", [LLMAdapter(eng)], policy="depth")
+        llm = BatchedLLM("llm", [eng], policy="depth")
         assert eng._core.scheduler.order is not None
-        CURRENT.set(RequestInfo(7, Facts(), Query()))
+        info = RequestInfo(7, Facts(), Query())
         seq = await llm.open()
-        await llm.prefill(seq, tiny_llama.prompts[0])
-        info = eng._core.seqs[seq.seq_id].info
-        assert (info.query_id, info.node_id, info.depth, info.query_remaining_ms) == (
+        await llm.prefill(seq, tiny_llama.prompts[0], info=info)
+        first = eng._core.seqs[seq.seq_id].info
+        assert (first.query_id, first.node_id, first.depth, first.query_remaining_ms) == (
             7, "gen", 4, 80.0,
         )  # fmt: skip
-        text = await llm.decode_text(seq, DecodeParams(max_tokens=3))
-        assert isinstance(text, str)
-        assert eng._core.seqs[seq.seq_id].info.seq > info.seq  # the decode's, arrived later
+        pieces = [p async for p in llm.decode(seq, SamplingParams(max_tokens=3), info=info)]
+        assert len(pieces) == 3
+        assert eng._core.seqs[seq.seq_id].info.seq > first.seq  # the decode's, arrived later
         await llm.close(seq)
     fcfs = LLMEngine.from_model(tiny_llama.path, block_size=4, num_blocks=8, max_model_len=32)
-    BatchedLLM("llm", [LLMAdapter(fcfs)], policy="fcfs")
+    BatchedLLM("llm", [fcfs], policy="fcfs")
     assert fcfs._core.scheduler.order is None  # fcfs: the engine's own arrival order
 
 
 async def test_the_peers_benchmarks_recording_llm_takes_the_step_order_info(tiny_llama):
-    """``benchmarks.peers`` wraps the LLM adapter; under a policy its prefill and decode get
+    """``benchmarks.peers`` wraps the LLM engine; under a policy its prefill and decode get
     ``info`` and still record each call."""
     from ayo.scheduler.batching.llm_proxy import BatchedLLM
-    from ayo.scheduler.ir.engine_api import DecodeParams
-    from benchmarks.peers import recording_llm
+    from benchmarks.peers import RecordingLLM
 
     eng = LLMEngine.from_model(tiny_llama.path, block_size=4, num_blocks=64, max_model_len=64)
     async with eng:
-        recorder = recording_llm(eng, max_new_tokens=3)
+        recorder = RecordingLLM(eng)
         llm = BatchedLLM("llm", [recorder], policy="critical_path")
         seq = await llm.open()
-        await llm.prefill(seq, tiny_llama.prompts[0])
+        await llm.prefill(seq, tiny_llama.prompts[0], info=None)
         assert isinstance(eng._core.seqs[seq.seq_id].info, PendingRequest)
-        await llm.decode_text(seq, DecodeParams(max_tokens=3))
+        async for _ in llm.decode(seq, SamplingParams(max_tokens=3), info=None):
+            pass
         await llm.close(seq)
     (call,) = recorder.take_calls()
     assert call["prompt_ids"] == tiny_llama.prompts[0] and call["generated"] == 3
-
-
-async def test_an_adapter_subclass_without_info_keeps_working_in_arrival_order(tiny_llama, caplog):
-    """A user's LLMAdapter subclass whose prefill override takes no ``info=``: the policy does
-    not order its steps (a warning says so), and its calls still work."""
-    from ayo.adapters import LLMAdapter
-    from ayo.scheduler.batching.llm_proxy import BatchedLLM
-    from ayo.scheduler.ir.engine_api import DecodeParams
-
-    class Counting(LLMAdapter):
-        prefills = 0
-
-        async def prefill(self, seq, tokens):
-            Counting.prefills += 1
-            await super().prefill(seq, tokens)
-
-    eng = LLMEngine.from_model(tiny_llama.path, block_size=4, num_blocks=64, max_model_len=64)
-    async with eng:
-        with caplog.at_level("WARNING", logger="ayo.scheduler.batching.llm_proxy"):
-            llm = BatchedLLM("llm", [Counting(eng)], policy="depth")
-        assert "takes no info=" in caplog.text and eng._core.scheduler.order is None
-        seq = await llm.open()
-        await llm.prefill(seq, tiny_llama.prompts[0])
-        assert isinstance(await llm.decode_text(seq, DecodeParams(max_tokens=2)), str)
-        await llm.close(seq)
-    assert Counting.prefills == 1

@@ -90,8 +90,10 @@ async def test_score_matches_transformers_logprobs(tiny_llama):
     candidates = [[3, 4, 5], [7], list(range(10, 30))]
     async with engine(tiny_llama, max_num_batched_tokens=8) as eng:
         seq = await eng.open(context)
-        scores = await eng.score(seq, candidates)
+        scores = await eng.score_tokens(seq, candidates)
+        totals = await eng.score(seq, candidates)  # the protocol's: one log-prob per candidate
         await eng.close(seq)
+    assert totals == pytest.approx([s.logprob for s in scores], abs=1e-5)
     for cand, score in zip(candidates, scores):
         with torch.inference_mode():
             logits = tiny_llama.hf(torch.tensor([context + cand])).logits[0].float()
@@ -123,7 +125,7 @@ async def test_score_shared_candidate_prefixes(tiny_llama, num_blocks):
     candidates = [[*stem, 1], [*stem, 2], [*stem, 3, 4]]
     async with engine(tiny_llama, num_blocks=num_blocks, max_num_batched_tokens=8) as eng:
         seq = await eng.open(context)
-        scores = await eng.score(seq, candidates)
+        scores = await eng.score_tokens(seq, candidates)
         await eng.close(seq)
         assert eng.stats().used_blocks == 0
     for cand, score in zip(candidates, scores):
