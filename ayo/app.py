@@ -34,7 +34,7 @@ from ayo.scheduler.batching.engine_scheduler import BatchRecord, QueueFull
 from ayo.scheduler.runtime.graph_run import DeadlineExceeded, GraphRun, answer_nodes
 from ayo.scheduler.runtime.plan_costs import PlanCosts
 from ayo.scheduler.sim.simulation import VirtualClockLoop
-from ayo.tracing import Trace
+from ayo.tracing import Span, Trace
 from ayo.workflow import InputShape, Workflow
 
 if TYPE_CHECKING:
@@ -112,7 +112,7 @@ class App:
         self._internal: dict[str, Workflow] = {w.name: w for w in (COMPLETION, EMBEDDING)}
         self._plans: PlanCache | None = None
         self._costs: dict[int, tuple[Plan, PlanCosts]] = {}
-        self._traces: dict[int, list[tuple]] = {}  # query id -> its trace rows (Trace.rows)
+        self._traces: dict[int, list[Span]] = {}  # query id -> its trace's spans
         self._ids = itertools.count(1)
 
     # -- registration ------------------------------------------------------------------------
@@ -307,7 +307,7 @@ class App:
             query_id = next(self._ids)
             start = self._clock()
             trace = Trace(origin=start)
-            rows = self._traces[query_id] = trace.rows
+            spans = self._traces[query_id] = trace.spans
             run = GraphRun(
                 plan,
                 inputs,
@@ -319,8 +319,8 @@ class App:
                 if on_piece
                 else frozenset(),
                 on_piece=on_piece,
-                on_control=lambda node, t0, t1, ok: rows.append(
-                    (query_id, node.id, "control", t0, t0, t1, 1, ok)  # a control Span's fields
+                on_control=lambda node, t0, t1, ok: spans.append(
+                    Span(query_id, node.id, "control", t0, t0, t1, 1, ok)
                 ),
                 clock=self._clock,
             )
@@ -409,16 +409,15 @@ class App:
         return entry[1]
 
     def _on_batch(self, record: BatchRecord) -> None:
-        primitives = record.primitives
-        self.metrics.batch(record, primitives)
+        primitives = record.requests
+        self.metrics.batch(record)
         traces, size, ok = self._traces, len(record.requests), record.ok
         engine, started, ended = record.engine, record.started, record.ended
         for r in primitives:
-            rows = traces.get(r.query_id)
-            if rows is not None:  # a Span's fields, built when the trace is read
-                rows.append(
-                    (r.query_id, r.node_id, engine, r.enqueued_at, started, ended, size, ok)
-                )
+            spans = traces.get(r.query_id)
+            if spans is not None:
+                spans.append(Span(r.query_id, r.node_id, engine, r.enqueued_at, started, ended,
+                                  size, ok))  # fmt: skip
 
     # -- defaults ----------------------------------------------------------------------------
     @classmethod

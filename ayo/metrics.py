@@ -20,7 +20,6 @@ from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
 from ayo.scheduler.batching.engine_scheduler import BatchRecord
-from ayo.scheduler.batching.policies import PendingRequest
 
 _LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
 _BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
@@ -155,9 +154,8 @@ class AppMetrics:
         self._apps: dict[str, tuple[list[float], list[float]]] = {}
         self._unfolded = 0
 
-    def batch(self, record: BatchRecord, primitives: tuple[PendingRequest, ...]) -> None:
-        """One finished engine batch: its size, and the queued + run time of each of its
-        ``primitives`` (``record.primitives``, which the caller reads once for traces too)."""
+    def batch(self, record: BatchRecord) -> None:
+        """One finished engine batch: its size, and the queued + run time of each request."""
         engine, ended = record.engine, record.ended
         sizes = self._batch_sizes.get(engine)
         if sizes is None:
@@ -166,12 +164,12 @@ class AppMetrics:
         per_op = self._rows.get(engine)
         if per_op is None:
             per_op = self._rows[engine] = {}
-        for r in primitives:
+        for r in record.requests:
             values = per_op.get(r.op)
             if values is None:
                 values = per_op[r.op] = self.primitive_latency.values((engine, r.op))
             values.append(ended - r.enqueued_at)
-        self._observed(len(primitives) + 1)
+        self._observed(len(record.requests) + 1)
 
     def query_done(self, app: str, seconds: float) -> None:
         rows = self._apps.get(app)

@@ -17,9 +17,11 @@ from typing import Any
 from ayo.scheduler.batching.engine_scheduler import BatchRecord
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class Span:
-    """One primitive of one query on one engine. Times in seconds on one monotonic clock."""
+    """One primitive of one query on one engine. Times in seconds on one monotonic clock.
+    (Slotted, not frozen: the runtime makes one per primitive, and a frozen dataclass's
+    ``__init__`` costs a call per field.)"""
 
     query_id: int
     node_id: str
@@ -40,28 +42,14 @@ class Span:
 
 
 class Trace:
-    """Spans of one or more queries; ``origin`` is the clock value shown as time 0.
-
-    The runtime records spans as plain tuples (:meth:`add_row`, or appending to :attr:`rows`
-    directly: one allocation per primitive); :attr:`spans` builds the :class:`Span` objects
-    when first read.
-    """
+    """Spans of one or more queries; ``origin`` is the clock value shown as time 0."""
 
     def __init__(self, spans: Iterable[Span] = (), origin: float | None = None) -> None:
-        self._spans: list[Span] = list(spans)
-        self.rows: list[tuple] = []  # spans not yet built: tuples of Span's fields
+        self.spans: list[Span] = list(spans)
         self.origin = origin
 
-    @property
-    def spans(self) -> list[Span]:
-        if self.rows:
-            self._spans.extend([Span(*row) for row in self.rows])
-            self.rows.clear()
-        return self._spans
-
     def __len__(self) -> int:
-        """Spans recorded (without building them)."""
-        return len(self._spans) + len(self.rows)
+        return len(self.spans)
 
     def __repr__(self) -> str:
         return f"Trace(spans={self.spans!r}, origin={self.origin!r})"
@@ -69,17 +57,13 @@ class Trace:
     def add(self, span: Span) -> None:
         self.spans.append(span)
 
-    def add_row(self, row: tuple) -> None:
-        """A span as the tuple of :class:`Span`'s fields, in order."""
-        self.rows.append(row)
-
     def add_batch(self, record: BatchRecord) -> None:
         """All requests of one finished engine batch."""
-        size, rows = len(record.requests), self.rows
-        for r in record.primitives:
-            rows.append(
-                (r.query_id, r.node_id, record.engine, r.enqueued_at, record.started,
-                 record.ended, size, record.ok)
+        size, spans = len(record.requests), self.spans
+        for r in record.requests:
+            spans.append(
+                Span(r.query_id, r.node_id, record.engine, r.enqueued_at, record.started,
+                     record.ended, size, record.ok)
             )  # fmt: skip
 
     def for_query(self, query_id: int) -> Trace:

@@ -9,21 +9,23 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from collections.abc import Sequence as Sequence_
 from dataclasses import dataclass
 
 import torch
 
+from ..isolation import run_isolated
 from .block_manager import BlockManager
 from .commands import Abort, Close, Command, Decode, Open, Prefill, Work
 from .config import EngineConfig
-from .decoding import DecodeMixin
+from .decoding import Decoder
 from .errors import (
     ContextLengthExceeded,
     EngineError,
     InvalidRequest,
     SequenceClosed,
 )
-from .outputs import LLMStats
+from .outputs import EngineCounters, LLMStats
 from .runner import ModelRunner
 from .scheduler import ScheduledChunk, Scheduler
 from .sequence import PrefillWaiter, SeqStatus, Sequence
@@ -46,8 +48,8 @@ class StepRecord:
         return cls(start, end, parts)
 
 
-class EngineCore(DecodeMixin):
-    """Sequences, scheduler, block manager and runner; single-threaded."""
+class EngineCore:
+    """Sequences, scheduler, block manager, runner and decoder; single-threaded."""
 
     def __init__(self, runner: ModelRunner, config: EngineConfig, tokenizer, max_model_len: int):
         mc = runner.model.config
@@ -60,13 +62,24 @@ class EngineCore(DecodeMixin):
         self.bm = BlockManager(num_blocks, config.block_size, config.enable_prefix_caching)
         self.scheduler = Scheduler(self.bm, config.max_num_batched_tokens, config.max_num_seqs)
         self.seqs: dict[int, Sequence] = {}
-        self.next_child_id = -1
         self.outbox: list[tuple[Callable, tuple]] = []
-        self.counters = {"steps": 0, "computed": 0, "generated": 0, "busy_s": 0.0}
+        self.counters = EngineCounters()
         self.step_log: list[StepRecord] | None = None  # recording when a list (record_steps)
         # sequences closed because their background prefill was refused, and why (bounded:
         # a caller that never comes back leaves one entry per sequence it opened)
         self.failed_background: dict[int, BaseException] = {}
+        self.decoder = Decoder(
+            tokenizer=tokenizer,
+            eos_ids=self.eos_ids,
+            max_model_len=max_model_len,
+            bm=self.bm,
+            scheduler=self.scheduler,
+            counters=self.counters,
+            post=self.post,
+            fail=self._fail_one,
+            close=self.close,
+            check_tokens=self.check_tokens,
+        )
 
     def post(self, fn: Callable | None, *args) -> None:
         if fn is not None:
@@ -93,40 +106,40 @@ class EngineCore(DecodeMixin):
         self._run(out.chunks)
         t1 = time.perf_counter()
         c = self.counters
-        c["steps"] += 1
-        c["computed"] += out.num_tokens
-        c["busy_s"] += t1 - t0
+        c.steps += 1
+        c.computed += out.num_tokens
+        c.busy_s += t1 - t0
         if self.step_log is not None:
             self.step_log.append(StepRecord.of(t0, t1, out.chunks))
 
     def _run(self, chunks: list[ScheduledChunk]) -> None:
-        """Run the chunks and postprocess them. When the forward pass raises, the culprit is
-        found by running halves of the batch (each half keeps decodes before prefills): the
+        """Run the chunks and postprocess them. When the forward pass raises, halves of the
+        batch are run again (``run_isolated``; each half keeps decodes before prefills): the
         chunks whose own pass fails are failed with the cause, every other chunk goes on.
         Re-running is safe: a pass only rewrites the KV slots of its own chunks."""
-        try:
-            logits = self.runner.run(chunks)
-        except Exception as exc:
-            if len(chunks) == 1:
-                self._fail_one(chunks[0].seq, exc)
-                return
-            log.warning("model step failed for %d sequences; isolating", len(chunks))
-            half = len(chunks) // 2
-            self._run(chunks[:half])
-            self._run(chunks[half:])
-            return
-        self._postprocess(chunks, logits)
 
-    def _postprocess(self, chunks: list[ScheduledChunk], logits) -> None:
+        def forward(part: Sequence_[ScheduledChunk]) -> list[torch.Tensor]:
+            logits = self.runner.run(list(part))
+            return [logits.of(i) for i in range(len(part))]
+
+        rows = run_isolated(chunks, forward, "model step")
+        done = []
+        for chunk, r in zip(chunks, rows):
+            if isinstance(r, Exception):
+                self._fail_one(chunk.seq, r)
+            else:
+                done.append((chunk, r))
+        self._postprocess(done)
+
+    def _postprocess(self, done: list[tuple[ScheduledChunk, torch.Tensor]]) -> None:
         to_sample: list[tuple[Sequence, torch.Tensor]] = []
-        for i, chunk in enumerate(chunks):
+        for chunk, rows in done:
             seq = chunk.seq
             try:
                 seq.num_computed_tokens = chunk.end
                 self.bm.commit(seq)
-                rows = logits.of(i)
                 if seq.score is not None:
-                    self._score_rows(seq, chunk.start, chunk.end, rows)
+                    self.decoder.score_rows(seq, chunk.start, chunk.end, rows)
                     continue
                 self._resolve_waiters(seq)
                 if chunk.end < seq.num_tokens:
@@ -140,7 +153,7 @@ class EngineCore(DecodeMixin):
             except Exception as exc:
                 self._fail_one(seq, exc)
         if to_sample:
-            self._sample(to_sample)
+            self.decoder.sample(to_sample)
 
     def _fail_one(self, seq: Sequence, exc: BaseException) -> None:
         """An error that belongs to one sequence: it fails; the step goes on for the others."""
@@ -171,9 +184,9 @@ class EngineCore(DecodeMixin):
                 if isinstance(cmd, Prefill):
                     self._prefill(seq, cmd)
                 elif isinstance(cmd, Decode):
-                    self._start_decode(seq, cmd)
+                    self.decoder.start_decode(seq, cmd)
                 else:
-                    self._start_score(seq, cmd)
+                    self.decoder.start_score(seq, cmd)
             elif isinstance(cmd, Abort):
                 seq = self.seqs.get(cmd.seq_id)
                 if seq is not None and seq.decode is not None and seq.decode.emit is cmd.emit:
@@ -242,7 +255,7 @@ class EngineCore(DecodeMixin):
         """Drop the sequence: end its decode, fail its waiters, free its blocks."""
         self.seqs.pop(seq.seq_id, None)
         if seq.decode is not None:
-            self._end_decode(seq, reason, error)
+            self.decoder.end_decode(seq, reason, error)
         exc = error or SequenceClosed(f"sequence {seq.seq_id} was closed")
         for w in seq.prefill_waiters:
             self.post(w.on_error, exc)
@@ -265,7 +278,7 @@ class EngineCore(DecodeMixin):
     def stats(self) -> LLMStats:
         bs = self.bm.stats()
         c = self.counters
-        busy = c["busy_s"] or float("inf")
+        busy = c.busy_s or float("inf")
         return LLMStats(
             running=len(self.scheduler.running),
             waiting=len(self.scheduler.waiting),
@@ -276,9 +289,9 @@ class EngineCore(DecodeMixin):
             num_blocks=bs.num_blocks,
             prefix_cache_hit_rate=bs.hit_rate,
             preemptions=self.scheduler.num_preemptions,
-            steps=c["steps"],
-            tokens_computed=c["computed"],
-            generated_tokens=c["generated"],
-            tokens_per_s=c["computed"] / busy,
-            generated_tokens_per_s=c["generated"] / busy,
+            steps=c.steps,
+            tokens_computed=c.computed,
+            generated_tokens=c.generated,
+            tokens_per_s=c.computed / busy,
+            generated_tokens_per_s=c.generated / busy,
         )

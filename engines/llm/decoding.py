@@ -1,17 +1,29 @@
-"""The decode and score halves of :class:`EngineCore`: sampling, stop rules, streaming, scoring."""
+"""The decode and score half of the engine core: sampling, stop rules, streaming, scoring.
+
+:class:`Decoder` is owned by ``EngineCore``, which passes it what it works with: the tokenizer
+and the model's limits, the block manager and the scheduler, the counters, and the core's
+``post`` (results to the event loop), ``fail`` (one sequence fails) and ``close`` (a sequence
+ends) operations.
+"""
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
+from collections.abc import Sequence as Sequence_
+from typing import Any
 
 import torch
 
+from ..isolation import run_isolated
+from .block_manager import BlockManager
 from .commands import Decode, Score
 from .detokenizer import IncrementalDetokenizer
 from .errors import InvalidRequest
-from .outputs import CandidateScore, DecodeEnd, DecodePiece
+from .outputs import CandidateScore, DecodeEnd, DecodePiece, EngineCounters
 from .runner import sample_tokens
 from .sampling import SamplingParams
+from .scheduler import Scheduler
 from .sequence import DecodeState, ScoreState, SeqStatus, Sequence
 from .stop import find_stop, held_back
 
@@ -31,10 +43,54 @@ def apply_penalties(
         logits[ids] -= params.frequency_penalty * counts.to(logits.dtype) + params.presence_penalty
 
 
-class DecodeMixin:
-    """Mixed into EngineCore; uses its ``post``, ``scheduler``, ``bm``, ``close`` and counters."""
+Post = Callable[..., None]  # EngineCore.post: fn(*args) later, on the event loop
 
-    def _start_decode(self, seq: Sequence, cmd: Decode) -> None:
+
+class Decoder:
+    """Starts decodes and scores on the engine core's sequences, samples the next token of each
+    decoding sequence a step computed, applies the stop rules and streams pieces; scores
+    candidates on forks of a sequence.
+
+    Args:
+        tokenizer: the Hugging Face tokenizer (incremental detokenization).
+        eos_ids: the model's end-of-sequence tokens.
+        max_model_len: the context window.
+        bm: the core's block manager (forks for scoring, freeing).
+        scheduler: the core's scheduler (decoding sequences are submitted to it).
+        counters: the core's counters (``generated``).
+        post: the core's ``post`` (callbacks to the event loop).
+        fail: the core's ``fail_one(seq, exc)`` (one sequence fails, the step goes on).
+        close: the core's ``close(seq, reason)`` (a sequence ends).
+        check_tokens: the core's ``check_tokens(ids, have)`` (range and window).
+    """
+
+    def __init__(
+        self,
+        *,
+        tokenizer: Any,
+        eos_ids: frozenset[int],
+        max_model_len: int,
+        bm: BlockManager,
+        scheduler: Scheduler,
+        counters: EngineCounters,
+        post: Post,
+        fail: Callable[[Sequence, BaseException], None],
+        close: Callable[..., None],
+        check_tokens: Callable[[list[int], int], None],
+    ) -> None:
+        self.tokenizer = tokenizer
+        self.eos_ids = eos_ids
+        self.max_model_len = max_model_len
+        self.bm = bm
+        self.scheduler = scheduler
+        self.counters = counters
+        self.post = post
+        self.fail = fail
+        self.close = close
+        self.check_tokens = check_tokens
+        self.next_child_id = -1  # score forks take negative ids
+
+    def start_decode(self, seq: Sequence, cmd: Decode) -> None:
         if seq.decode is not None:
             raise InvalidRequest(f"sequence {seq.seq_id} is already decoding")
         if seq.num_tokens == 0:
@@ -58,33 +114,29 @@ class DecodeMixin:
             started=cmd.submitted,
         )
         if seq.num_uncomputed == 0 and seq.last_logits is not None:
-            self._sample([(seq, seq.last_logits)])  # the prefill already gave the next logits
+            self.sample([(seq, seq.last_logits)])  # the prefill already gave the next logits
         else:
             if seq.num_uncomputed == 0:  # KV kept but logits not: recompute from the cache
                 self.bm.free(seq)
             self.scheduler.submit(seq)
 
-    def _sample(self, rows: list[tuple[Sequence, torch.Tensor]]) -> None:
-        """One token for each sequence. When the batch's sampling raises, each sequence is
-        sampled alone, so only the one whose parameters or state caused it fails."""
-        try:
-            tokens = self._sample_tokens(rows)
-        except Exception as exc:
-            if len(rows) == 1:
-                self._fail_one(rows[0][0], exc)
-                return
-            for row in rows:
-                self._sample([row])
-            return
+    def sample(self, rows: list[tuple[Sequence, torch.Tensor]]) -> None:
+        """One token for each sequence. When the batch's sampling raises, halves are sampled
+        again (``run_isolated``), so only the sequence whose parameters or state caused it
+        fails."""
+        tokens = run_isolated(rows, self._sample_tokens, "sampling")
         now = time.perf_counter()
-        self.counters["generated"] += len(tokens)
         for (seq, _), tok in zip(rows, tokens):
+            if isinstance(tok, Exception):
+                self.fail(seq, tok)
+                continue
+            self.counters.generated += 1
             try:
                 self._accept(seq, tok, now)
             except Exception as exc:
-                self._fail_one(seq, exc)
+                self.fail(seq, exc)
 
-    def _sample_tokens(self, rows: list[tuple[Sequence, torch.Tensor]]) -> list[int]:
+    def _sample_tokens(self, rows: Sequence_[tuple[Sequence, torch.Tensor]]) -> list[int]:
         logits = torch.stack([r for _, r in rows])  # a copy: the penalties do not touch rows
         for i, (seq, _) in enumerate(rows):
             if seq.decode.params.penalized:
@@ -120,11 +172,13 @@ class DecodeMixin:
         piece = DecodePiece(tok, st.text[emitted:end], len(st.output_ids) - 1)
         self.post(st.emit, piece)
         if reason is not None:
-            self._end_decode(seq, reason)
+            self.end_decode(seq, reason)
         elif seq.status == SeqStatus.IDLE:
             self.scheduler.submit(seq)
 
-    def _end_decode(self, seq: Sequence, reason: str, error: BaseException | None = None) -> None:
+    def end_decode(self, seq: Sequence, reason: str, error: BaseException | None = None) -> None:
+        """The decode's end goes to its stream; the sequence closes (``close_on_finish``) or
+        keeps its KV, idle."""
         st, seq.decode = seq.decode, None
         first = st.token_times[0] if st.token_times else 0.0
         end = DecodeEnd(
@@ -147,7 +201,9 @@ class DecodeMixin:
 
     # ---- score ----------------------------------------------------------------------------
 
-    def _start_score(self, parent: Sequence, cmd: Score) -> None:
+    def start_score(self, parent: Sequence, cmd: Score) -> None:
+        """Fork the sequence once per candidate; each fork computes its candidate's tokens and
+        keeps the log-probability of each (``score_rows``)."""
         if parent.num_tokens == 0:
             raise InvalidRequest("score needs a prefilled context (the sequence has no tokens)")
         if not cmd.candidates or any(not c for c in cmd.candidates):
@@ -176,7 +232,9 @@ class DecodeMixin:
             self.bm.fork(parent, child, ctx - 1)
             self.scheduler.submit(child)
 
-    def _score_rows(self, seq: Sequence, start: int, end: int, rows: torch.Tensor) -> None:
+    def score_rows(self, seq: Sequence, start: int, end: int, rows: torch.Tensor) -> None:
+        """A scoring fork's logits of positions ``[start, end)``; once all are in, the
+        candidate's log-probabilities go to its caller and the fork is dropped."""
         positions = seq.logit_positions(start, end)
         if len(rows):
             logp = torch.log_softmax(rows, dim=-1)

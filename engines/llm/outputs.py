@@ -81,6 +81,16 @@ class CandidateScore:
         return self.logprob / len(self.token_logprobs)
 
 
+@dataclass
+class EngineCounters:
+    """What the engine core counts as it runs (worker thread; ``stats`` reads a snapshot)."""
+
+    steps: int = 0  # model steps run
+    computed: int = 0  # tokens the model ran (prompts, recomputes, decode inputs)
+    generated: int = 0  # tokens sampled
+    busy_s: float = 0.0  # seconds spent in steps
+
+
 @dataclass(frozen=True)
 class LLMStats:
     running: int

@@ -29,6 +29,17 @@ class StepLogits:
         return self.logits[self.offsets[i] : self.offsets[i + 1]]
 
 
+@dataclass
+class StepInputs:
+    """One step's packed forward-pass inputs, built once per step (``ModelRunner.prepare``)."""
+
+    token_ids: torch.Tensor  # [T] int64: the chunks' tokens, decodes first
+    positions: torch.Tensor  # [T] int64: each token's position in its sequence
+    meta: AttentionMetadata  # where the tokens go in the paged cache and what they attend to
+    logit_rows: torch.Tensor  # [R] int64: the rows whose next-token logits are needed
+    offsets: list[int]  # logit_rows[offsets[i]:offsets[i + 1]] belong to chunk i
+
+
 def kv_block_bytes(model: ModelConfig, config: EngineConfig) -> int:
     """Bytes of one block over all layers, K and V."""
     elem = torch.empty((), dtype=config.torch_dtype).element_size()
@@ -55,7 +66,7 @@ class ModelRunner:
         rows = [c.seq.block_table[:width] for c in chunks]
         return torch.tensor([r + [0] * (width - len(r)) for r in rows], dtype=torch.int32)
 
-    def prepare(self, chunks: list[ScheduledChunk]) -> tuple[torch.Tensor, ...]:
+    def prepare(self, chunks: list[ScheduledChunk]) -> StepInputs:
         bs = self.block_size
         ids: list[int] = []
         positions: list[int] = []
@@ -87,19 +98,21 @@ class ModelRunner:
             ),
             prefill_seq_lens=torch.tensor([c.end for c in prefill], dtype=torch.int32),
         )
-        return (
-            torch.tensor(ids, dtype=torch.int64),
-            torch.tensor(positions, dtype=torch.int64),
-            meta,
-            torch.tensor(rows, dtype=torch.int64),
-            offsets,
+        return StepInputs(
+            token_ids=torch.tensor(ids, dtype=torch.int64),
+            positions=torch.tensor(positions, dtype=torch.int64),
+            meta=meta,
+            logit_rows=torch.tensor(rows, dtype=torch.int64),
+            offsets=offsets,
         )
 
     def run(self, chunks: list[ScheduledChunk]) -> StepLogits:
         """One forward pass over the chunks; logits only at the positions sequences need."""
-        ids, positions, meta, rows, offsets = self.prepare(chunks)
-        logits = self.model.forward(ids, positions, meta, self.kv_caches, rows)
-        return StepLogits(logits, offsets)
+        step = self.prepare(chunks)
+        logits = self.model.forward(
+            step.token_ids, step.positions, step.meta, self.kv_caches, step.logit_rows
+        )
+        return StepLogits(logits, step.offsets)
 
 
 def sample_tokens(logits: torch.Tensor, states: list[DecodeState]) -> list[int]:

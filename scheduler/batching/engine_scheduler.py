@@ -50,16 +50,6 @@ class BatchRecord:
     ended: float
     ok: bool
 
-    @property
-    def primitives(self) -> tuple[PendingRequest, ...]:
-        """The batch's requests and those folded into them (``PendingRequest.folded``, see
-        ``batched_llm``): one trace row each; only ``requests`` count toward the batch size."""
-        requests = self.requests
-        for r in requests:
-            if r.folded:
-                return tuple(x for r in requests for x in (r, *r.folded))
-        return requests
-
 
 class _RequestFuture(asyncio.Future):
     """A queued request's future; cancelling it (its waiter was cancelled, or a timeout fired)

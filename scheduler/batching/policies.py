@@ -40,8 +40,6 @@ class PendingRequest:
         enqueued_at: when it entered the queue (the scheduler's clock).
         seq: arrival order in this queue, the final tie-break.
         op: the primitive's op name (metrics).
-        folded: requests of other primitives computed inside this one (a held prefill that
-            went in with its sequence's next prefill): traced and timed with it.
     """
 
     # A plain slots class, not a dataclass: one is made per engine call, and this __init__
@@ -50,7 +48,6 @@ class PendingRequest:
         "deadline",
         "depth",
         "enqueued_at",
-        "folded",
         "future",
         "items",
         "node_id",
@@ -77,7 +74,6 @@ class PendingRequest:
         enqueued_at: float = 0.0,
         seq: int = 0,
         op: str = "",
-        folded: tuple[PendingRequest, ...] = (),
         future: Any = None,
     ) -> None:
         if items < 1 or tokens < 0:
@@ -94,7 +90,6 @@ class PendingRequest:
         self.enqueued_at = enqueued_at
         self.seq = seq
         self.op = op
-        self.folded = folded
         self.future = future  # set by the engine scheduler while queued or running
 
     def __repr__(self) -> str:

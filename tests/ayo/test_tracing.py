@@ -64,9 +64,9 @@ def test_rows_become_spans_in_order_when_read():
     from ayo.tracing import Span
 
     trace = Trace(origin=1.0)
-    trace.add_row((1, "embed", "embedder", 1.0, 1.5, 2.0, 4, True))
+    trace.add(Span(1, "embed", "embedder", 1.0, 1.5, 2.0, 4, True))
     trace.add(Span(1, "format", "control", 2.0, 2.0, 2.1))
-    trace.add_row((2, "search", "index", 1.2, 2.0, 2.5, 1, False))
+    trace.add(Span(2, "search", "index", 1.2, 2.0, 2.5, 1, False))
     assert [s.node_id for s in trace.spans] == ["embed", "format", "search"]
     assert trace.spans[2] == Span(2, "search", "index", 1.2, 2.0, 2.5, 1, False)
     assert trace.to_json()[0]["batch_size"] == 4 and trace.for_query(2).spans[0].ok is False
