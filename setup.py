@@ -78,8 +78,14 @@ setup(
         ],
         # python -m benchmarks.fuzz: the server against its own OpenAPI document
         "fuzz": ["schemathesis>=4.32,<5"],
-        # engines in Ray actors on other nodes (ayo.remote); start Ray only as it says
+        # engines in Ray actors on other nodes (ayo.cluster.remote); start Ray only as it says
         "ray": ["ray>=2.60,<3"],
     },
-    entry_points={"console_scripts": ["ayo=ayo.__main__:main"]},
+    entry_points={"console_scripts": ["ayo=ayo.cli.main:main"]},
+    # A plain `pip install -e .` installs as scripts/setup.sh does: a .pth line naming the
+    # checkout's root (setuptools' "compat" mode). The default "lenient" mode maps the four
+    # folders with an import hook placed after Python's own path search, so a folder named
+    # `ayo` without __init__.py in the working directory (a clone under git's default name,
+    # seen from its parent) became a namespace package named ayo and shadowed ours.
+    options={"editable_wheel": {"mode": "compat"}},
 )

@@ -49,7 +49,7 @@ _make_checkout_safe()
 def __getattr__(name: str):
     """``ayo.App`` without making ``import ayo`` load the runtime (and torch)."""
     if name == "App":
-        from .app import App
+        from .runtime.app import App
 
         return App
     raise AttributeError(f"module 'ayo' has no attribute {name!r}")

@@ -39,12 +39,12 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from ayo.remote import RemoteEngine
+from ayo.cluster.remote import RemoteEngine
 from ayo.scheduler.batching.policies import POLICIES
 
 from .common import machine, print_table, setup_benchmark_logging
 from .e2e_core import MODES, Plan, SettingResult, run_all
-from .e2e_ray import SETUPS, clear_prefix_cache, start_cluster
+from .e2e_ray import SETUPS, clear_prefix_cache, engine_options, start_cluster
 from .e2e_report import (
     HEADERS,
     answers_equal_across,
@@ -78,7 +78,7 @@ def fanoutqa_questions(n: int, seed: int) -> list[str]:
 async def ensure_wiki(store: Any, collection: str) -> None:
     """Ingest the wiki summaries into ``collection`` unless all are there (resumes)."""
     from ayo.engines.corpus import load_wiki
-    from ayo.ingest import ingest_all
+    from ayo.runtime.corpus import ingest_all
 
     articles = load_wiki()
     have = {c.name: c.documents for c in store.collections()}.get(collection, 0)
@@ -92,11 +92,11 @@ async def ensure_wiki(store: Any, collection: str) -> None:
 
 
 def build_app(args: argparse.Namespace, policy: str, remote_llms: int = 0) -> Any:
-    from ayo.app import App
+    from ayo.runtime.app import App
 
     if args.engines == "fake":
         return App.fake(args.fake_delay, policy=policy)
-    from ayo.defaults import load_default_engines
+    from ayo.runtime.defaults import load_default_engines
 
     app = App(policy=policy)
     loaded = load_default_engines(engine_options(args))
@@ -112,17 +112,6 @@ def build_app(args: argparse.Namespace, policy: str, remote_llms: int = 0) -> An
     return app
 
 
-def engine_options(args: argparse.Namespace) -> Any:
-    """The default engines as this benchmark runs them (``--dtype``, threads, answer cap)."""
-    from ayo.defaults import EngineOptions
-
-    return EngineOptions(
-        dtype=args.dtype, data_dir=args.data_dir, collection=args.collection,
-        llm_threads=args.llm_threads or None, embedder_threads=args.embedder_threads or None,
-        max_new_tokens=args.max_tokens,
-    )  # fmt: skip
-
-
 async def use_profiles(app: Any, args: argparse.Namespace) -> dict[str, Any]:
     """The engines' measured profiles (as the server's first start: measured and stored in the
     data directory once per machine, model, dtype and LLM threads), with ``--split-min-tokens``
@@ -131,8 +120,8 @@ async def use_profiles(app: Any, args: argparse.Namespace) -> dict[str, Any]:
 
     profiles: dict[str, Any] = dict(DEFAULT_PROFILES)
     if args.engines == "default":
-        from ayo.ingest import default_data_dir
-        from ayo.profiling import engine_profile_path, ensure_profiles
+        from ayo.runtime.corpus import default_data_dir
+        from ayo.runtime.profiling import engine_profile_path, ensure_profiles
 
         data_dir = Path(args.data_dir or default_data_dir())
         llm = app.engines.instances("llm")[0]

@@ -1,6 +1,6 @@
 """The measurement loop of ``python -m benchmarks.e2e``, independent of which engines run.
 
-One :class:`~ayo.app.App` (the same engines for both modes) runs every workload twice: with
+One :class:`~ayo.runtime.app.App` (the same engines for both modes) runs every workload twice: with
 the optimized plan (Ayo's passes) and with ``optimize=False`` (module by module).
 
 - ``serial``: one query at a time over the questions; the two modes alternate per question and

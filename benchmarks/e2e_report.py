@@ -90,7 +90,7 @@ def plot_latency_vs_rate(path: Path, results: list[SettingResult], title: str) -
 def write_gantts(out: Path, results: list[SettingResult], app: str = "advanced_rag") -> list[Path]:
     """Gantt pictures (and Chrome traces) of ``app`` in each mode: its first serial query, and
     all queries of its highest Poisson rate on one time axis."""
-    from ayo.tracing import Trace
+    from ayo.runtime.tracing import Trace
 
     mine = [r for r in results if r.app == app]
     serial = [r for r in mine if r.rate_qps is None][:1]

@@ -78,7 +78,7 @@ def app_spec(name: str, render_chat: Any = None) -> dict[str, Any]:
     """
     from ayo.apps import get_app
     from ayo.workflow import Aggregate, InputShape, Map, QueryExpansion, Rerank, Search, Synthesis
-    from ayo.workflow.core import INPUTS
+    from ayo.workflow.refs import INPUTS
 
     workflow = get_app(name).workflow(InputShape.of({"question": ""}))
     mods: dict[type, list[Any]] = {}
@@ -292,10 +292,10 @@ async def ayo_measure(app: Any, llm: Any, name: str, job: dict[str, Any]) -> dic
 
 async def run_ayo(args: argparse.Namespace, job: dict[str, Any], data_dir: Path) -> dict[str, Any]:
     """Load the engines, ingest the documents, measure every app; fills ``job["chunks"]``."""
-    from ayo.app import App
-    from ayo.defaults import EngineOptions, load_default_engines
     from ayo.engines.corpus import load_wiki
-    from ayo.ingest import ingest_all
+    from ayo.runtime.app import App
+    from ayo.runtime.corpus import ingest_all
+    from ayo.runtime.defaults import EngineOptions, load_default_engines
 
     t0 = time.perf_counter()
     options = EngineOptions(

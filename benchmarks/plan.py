@@ -14,7 +14,7 @@ from functools import partial
 
 from ayo.apps import APPS, AppTemplate
 from ayo.passes import CompileContext, compile_workflow
-from ayo.plan_cache import PlanCache
+from ayo.runtime.plan_cache import PlanCache
 
 
 def _machine() -> str:

@@ -173,8 +173,8 @@ HEADERS = [
 
 
 def build_app(args: argparse.Namespace) -> Any:
-    from ayo.app import App
-    from ayo.defaults import EngineOptions, load_default_engines
+    from ayo.runtime.app import App
+    from ayo.runtime.defaults import EngineOptions, load_default_engines
 
     from .quality_legacy import LEGACY_APPS
 
@@ -288,7 +288,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32")
     p.add_argument("--llm-threads", type=int, default=0, help="0: torch's default")
     p.add_argument("--reranker", default="embedding", help="embedding (the default), bm25, or a "
-                   "cross-encoder folder (see ayo.defaults.EngineOptions)")  # fmt: skip
+                   "cross-encoder folder (see ayo.runtime.defaults.EngineOptions)")  # fmt: skip
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", type=Path, default=None)
     p.add_argument("--quick", action="store_true", help="3 questions: a smoke run")

@@ -33,8 +33,8 @@ async def _median_us(call, n: int) -> float:
 
 
 async def measure(calls: int) -> list[list[object]]:
-    from ayo.app import App
-    from ayo.remote import RemoteEngine
+    from ayo.cluster.remote import RemoteEngine
+    from ayo.runtime.app import App
     from ayo.scheduler.sim.fakes import fake_engine, fake_engines
 
     local = fake_engine("embedder")
@@ -71,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
     setup_benchmark_logging()
     import ray
 
-    from ayo.remote import start_loopback_cluster
+    from ayo.cluster.remote import start_loopback_cluster
 
     cluster = start_loopback_cluster([{"num_cpus": 1, "resources": {"worker": 1}}])
     try:

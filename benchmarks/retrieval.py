@@ -23,7 +23,7 @@ import numpy as np
 
 from ayo.engines import Embedder, IndexConfig, RetrievalStore, VectorIndex
 from ayo.engines.corpus import load_wiki
-from ayo.ingest import ingest_all
+from ayo.runtime.corpus import ingest_all
 
 
 def machine() -> str:

@@ -31,10 +31,10 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from ayo.app import App
-from ayo.engine_set import SchedulerConfig
 from ayo.engines.base import LocalEngine
 from ayo.engines.llm.outputs import DecodePiece
+from ayo.runtime.app import App
+from ayo.runtime.engine_set import SchedulerConfig
 from ayo.scheduler import DEFAULT_PROFILES, Doc, EngineProfile, GraphRun, LatencyModel, PlanCosts
 from ayo.scheduler.batching.engine_scheduler import EngineScheduler
 from ayo.scheduler.batching.policies import POLICIES, BatchLimits, PendingRequest

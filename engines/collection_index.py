@@ -31,7 +31,7 @@ def _doc(hit: Hit) -> Doc:
 def _missing(collection: str, store: RetrievalStore) -> UnknownCollection:
     return UnknownCollection(
         f"collection {collection!r} is not in the data directory {store.data_dir}: ingest it "
-        f"with `python -m ayo.ingest wiki --collection {collection} --data-dir {store.data_dir}` "
+        f"with `python -m ayo ingest wiki --collection {collection} --data-dir {store.data_dir}` "
         "(or start `python -m ayo.server` once on that data directory)"
     )
 

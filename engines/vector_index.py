@@ -58,7 +58,7 @@ class SearchResult:
 
 
 @dataclass(frozen=True)
-class CollectionInfo:
+class IndexedCollection:
     name: str
     dim: int
     count: int
@@ -143,9 +143,9 @@ class VectorIndex(BatchingEngine[SearchRequest, SearchResult]):
     def has_collection(self, name: str) -> bool:
         return name in self._colls
 
-    def collections(self) -> list[CollectionInfo]:
+    def collections(self) -> list[IndexedCollection]:
         with self._lock:
-            return [CollectionInfo(c.name, c.dim, len(c), c.kind) for c in self._colls.values()]
+            return [IndexedCollection(c.name, c.dim, len(c), c.kind) for c in self._colls.values()]
 
     def count(self, name: str) -> int:
         with self._lock:

@@ -64,11 +64,11 @@ def create_app(state: ServerState) -> web.Application:
     routes_apps.add_routes(app)
     routes_collections.add_routes(app)
     try:
-        from ayo.server.openai_api import add_routes as add_openai_routes
+        from ayo.server.openai import add_routes as add_openai_routes
     except ImportError as exc:
-        if exc.name != "ayo.server.openai_api":
+        if exc.name != "ayo.server.openai":
             raise  # a real import error inside the module must not hide
-        log.warning("OpenAI-compatible endpoints are not available (no ayo.server.openai_api)")
+        log.warning("OpenAI-compatible endpoints are not available (no ayo.server.openai)")
     else:
         add_openai_routes(app)
     return app

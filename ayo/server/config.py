@@ -2,26 +2,14 @@
 
 from __future__ import annotations
 
-import ipaddress
 import json
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from ayo.ingest import default_data_dir
-
-LOOPBACK_NAMES = frozenset({"localhost", "ip6-localhost"})
-PLACEABLE = ("llm", "embedder", "reranker")
-
-
-def is_loopback(host: str) -> bool:
-    """True for 127.0.0.0/8, ::1 and ``localhost``."""
-    if host.lower() in LOOPBACK_NAMES:
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
+from ayo.cluster import Placement, is_loopback
+from ayo.runtime.corpus import default_data_dir
+from ayo.runtime.defaults import PLACEABLE
 
 
 @dataclass(frozen=True)
@@ -132,8 +120,6 @@ class ServerConfig:
 
     def placements(self) -> dict[str, list[Any]]:
         """``placement`` parsed: engine name -> its instances' :class:`ayo.cluster.Placement`."""
-        from ayo.cluster import Placement
-
         unknown = sorted(set(self.placement or {}) - set(PLACEABLE))
         if unknown:
             raise ValueError(

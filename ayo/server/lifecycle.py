@@ -20,7 +20,7 @@ from ayo.server.config import ServerConfig
 from ayo.server.state import ServerState
 
 if TYPE_CHECKING:
-    from ayo.defaults import DefaultEngines, EngineOptions
+    from ayo.runtime.defaults import DefaultEngines, EngineOptions
 
 log = logging.getLogger(__name__)
 
@@ -34,8 +34,8 @@ def _model_id(name: str, default: str) -> str:
 
 
 def engine_options(config: ServerConfig) -> EngineOptions:
-    """The default engines the server runs (``ayo.defaults``), from its config."""
-    from ayo.defaults import EngineOptions
+    """The default engines the server runs (``ayo.runtime.defaults``), from its config."""
+    from ayo.runtime.defaults import EngineOptions
 
     return EngineOptions(
         model=config.model,
@@ -50,10 +50,10 @@ def make_state(config: ServerConfig, engines: DefaultEngines) -> ServerState:
     """The runtime over already loaded engines (the apps search ``config.collection``), with
     ``config.placement`` applied (remote instances are built on their nodes when the App
     starts)."""
-    from ayo.app import App
-    from ayo.defaults import DEFAULT_EMBEDDER, DEFAULT_LLM, placed
     from ayo.engines.llm.loader import resolve_model_path
-    from ayo.profiling import engine_profile_path, stored_profiles
+    from ayo.runtime.app import App
+    from ayo.runtime.defaults import DEFAULT_EMBEDDER, DEFAULT_LLM, placed
+    from ayo.runtime.profiling import engine_profile_path, stored_profiles
 
     llm, embedder = engines.llm, engines.embedder
     profiles = stored_profiles(engine_profile_path(config.data_path, config.model, llm))
@@ -95,7 +95,7 @@ def make_state(config: ServerConfig, engines: DefaultEngines) -> ServerState:
 async def build_state(config: ServerConfig) -> ServerState:
     """Load everything in a thread (the loop stays live), join the Ray cluster if the placement
     asks for one, build the runtime and start it (a remote engine loads on its node)."""
-    from ayo.defaults import load_default_engines
+    from ayo.runtime.defaults import load_default_engines
 
     engines = await asyncio.to_thread(load_default_engines, engine_options(config))
     if config.remote_placed:
@@ -129,7 +129,7 @@ async def build_state(config: ServerConfig) -> ServerState:
 async def ensure_engine_profiles(state: ServerState) -> None:
     """The first start on this machine (no stored profile for its CPU, model, dtype and thread
     count) measures the engines and stores their profile; the plans use it from now on."""
-    from ayo.profiling import engine_profile_path, ensure_profiles
+    from ayo.runtime.profiling import engine_profile_path, ensure_profiles
 
     config, app = state.config, state.app
     path = engine_profile_path(config.data_path, config.model, state.llm)
@@ -173,7 +173,7 @@ async def ensure_corpus(
     (empty: documents can be added over HTTP)."""
     from tqdm import tqdm
 
-    from ayo.ingest import iter_documents
+    from ayo.runtime.corpus import iter_documents
 
     config, store = state.config, state.store
     store.create_collection(config.collection)
@@ -223,8 +223,8 @@ async def close_state(state: ServerState) -> None:
         await state.app.close()
     finally:
         if state.config.remote_placed:
-            from ayo.remote import _ray
+            from ayo.cluster import disconnect
 
-            _ray().shutdown()  # leaves the cluster; its nodes keep running
+            disconnect()  # leaves the cluster; its nodes keep running
         await asyncio.to_thread(state.engines.close)
         log.info("closed the engines; the data directory %s is flushed", state.config.data_path)

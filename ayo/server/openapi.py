@@ -8,6 +8,9 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+from ayo.server.openai.schema import OPENAPI_PATHS
+from ayo.server.patterns import NON_BLANK, NOT_WHITESPACE, PROMPT_TEXT
+
 ERROR = {"$ref": "#/components/schemas/Error"}
 
 
@@ -38,13 +41,6 @@ def _path_param(name: str, **schema: Any) -> dict[str, Any]:
 
 
 COLLECTION = _path_param("name", pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
-# Holds a character Python's str.strip() keeps (the server's test of a blank text): ECMA's \s
-# lacks \x1c-\x1f and \x85, which Python counts as whitespace.
-NOT_WHITESPACE = r"[^\s\x1c-\x1f\x85]"
-NON_BLANK = {"type": "string", "pattern": NOT_WHITESPACE}
-# a prompt holds a character other than control characters (some encode to no token at all)
-PROMPT_CHARACTER = "[^\\x00-\\x08\\x0b\\x0c\\x0e-\\x1f]"
-PROMPT_TEXT = {"type": "string", "pattern": PROMPT_CHARACTER}
 
 
 OBJ = {"type": "object"}
@@ -238,12 +234,7 @@ def openapi_document(state: Any = None) -> dict[str, Any]:
     from ayo import __version__
 
     paths = copy.deepcopy(PATHS)
-    try:  # the OpenAI-compatible routes describe themselves in full
-        from ayo.server.openai_schema import OPENAPI_PATHS
-    except ImportError:
-        pass
-    else:
-        paths.update(copy.deepcopy(OPENAPI_PATHS))
+    paths.update(copy.deepcopy(OPENAPI_PATHS))  # the OpenAI-compatible routes, written in full
     if state is not None:
         _describe_server(paths, state)
     for ops in paths.values():

@@ -19,13 +19,15 @@ from ayo.server.errors import (
     reject_unknown,
 )
 from ayo.server.mapping import to_api_error
+from ayo.server.replies import dumps, result_json
+from ayo.server.sse import stream_query
 from ayo.server.state import STATE, ServerState
 
 JSON_TYPES = {PortType.TEXT: "string", PortType.TEXT_LIST: "array of strings"}
 
 
 @dataclass(frozen=True)
-class AppInput:
+class AppInputSpec:
     name: str
     type: str  # "string", "array of strings", ...
     required: bool
@@ -42,7 +44,7 @@ class AppInput:
             raise bad_request(f"input {self.name!r} must be a non-empty array of non-blank strings")
 
 
-def app_inputs(state: ServerState, name: str) -> list[AppInput]:
+def app_inputs(state: ServerState, name: str) -> list[AppInputSpec]:
     """The inputs of app ``name`` with their types (404 for an unknown app)."""
     from ayo.apps import AppTemplate
     from ayo.workflow import InputShape
@@ -58,14 +60,15 @@ def app_inputs(state: ServerState, name: str) -> list[AppInput]:
         ports = target.inputs
         required = {p.name for p in ports}
     return [
-        AppInput(p.name, JSON_TYPES.get(p.type, p.type.value), p.name in required) for p in ports
+        AppInputSpec(p.name, JSON_TYPES.get(p.type, p.type.value), p.name in required)
+        for p in ports
     ]
 
 
 EXAMPLE_LIST_LEN = 16  # as ``python -m ayo plan`` (its --documents default)
 
 
-def example_inputs(inputs: list[AppInput]) -> dict[str, Any]:
+def example_inputs(inputs: list[AppInputSpec]) -> dict[str, Any]:
     """Inputs of a query bringing only the required inputs, lists of 16 items (for plans)."""
     return {
         i.name: ([""] * EXAMPLE_LIST_LEN if i.type.startswith("array") else "")
@@ -157,41 +160,12 @@ class QueryRequest:
         )
 
 
-def result_json(result: Any, trace: bool) -> dict[str, Any]:
-    return {
-        "outputs": result.outputs,
-        "latency_ms": round(result.latency_ms, 3),
-        "trace": result.trace.to_chrome() if trace else None,
-    }
-
-
-def _default(value: Any) -> Any:
-    """JSON for values in outputs: dataclasses (``Doc``), numpy scalars/arrays, sets."""
-    import dataclasses
-
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return dataclasses.asdict(value)
-    if hasattr(value, "tolist"):
-        return value.tolist()
-    if isinstance(value, (set, frozenset, tuple)):
-        return list(value)
-    return str(value)
-
-
-def dumps(data: Any) -> str:
-    import json
-
-    return json.dumps(data, default=_default)
-
-
 async def query(request: web.Request) -> web.StreamResponse:
     """Run app ``name``: JSON result, or server-sent events when ``stream`` is true."""
     state = request.app[STATE]
     body = await read_json(request)
     q = QueryRequest.parse(state, request.match_info["name"], body)
     if q.stream:
-        from ayo.server.sse import stream_query
-
         return await stream_query(request, state, q)
     try:
         result = await state.app.run(q.app, q.inputs, optimize=q.optimize, deadline=q.deadline)

@@ -24,20 +24,17 @@ from typing import Any
 from aiohttp import web
 
 from ayo.server.mapping import to_api_error
+from ayo.server.replies import dumps, result_json
 from ayo.server.state import ServerState
 
 log = logging.getLogger(__name__)
 
 
 def sse_event(event: str, data: Any) -> bytes:
-    from ayo.server.routes_apps import dumps
-
     return f"event: {event}\ndata: {dumps(data)}\n\n".encode()
 
 
 async def stream_query(request: web.Request, state: ServerState, q: Any) -> web.StreamResponse:
-    from ayo.server.routes_apps import result_json
-
     events = state.app.stream(q.app, q.inputs, optimize=q.optimize, deadline=q.deadline)
     async with contextlib.aclosing(events):
         try:

@@ -25,7 +25,7 @@ class ServerState:
 
     Attributes:
         app: the runtime (``ayo.App``) with the engines registered under the apps' names.
-        engines: the default engines (``ayo.defaults.DefaultEngines``): ``llm``, ``embedder``,
+        engines: the default engines (``ayo.runtime.defaults.DefaultEngines``): ``llm``, ``embedder``,
             ``store`` (the ``RetrievalStore`` of the data directory), ...
         config: the server config.
         llm_id: the model id clients name (``smollm2-135m-instruct``).

@@ -3,10 +3,11 @@
 from ayo.scheduler import Prompt
 
 from .control import Aggregate, Condition, Map, Primitive
-from .core import InputShape, Module, ModuleHandle, PortRef, Workflow, WorkflowBuilder
+from .core import InputShape, Module, ModuleHandle, Workflow, WorkflowBuilder, lower
 from .llm_modules import Generate, Judge, QueryExpansion, Synthesis
-from .lowering import Lowering, Source, lower
+from .lowering import Lowering, Source
 from .modules import TEMP, Embed, Indexing, KeywordSearch, Rerank, Search
+from .refs import PortRef
 
 __all__ = [
     "TEMP",

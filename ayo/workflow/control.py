@@ -9,8 +9,9 @@ from ayo.scheduler import Node, PlanError, PortType
 from ayo.scheduler.ir import primitives as P
 from ayo.scheduler.ir.functions import get_map
 
-from .core import Module, PortRef, freeze_bindings
+from .core import Module
 from .lowering import Lowering, Source
+from .refs import PortRef, freeze_bindings
 
 B = PortType.BOOL
 AGGREGATE_MODES = ("coalesce", "merge")

@@ -4,39 +4,26 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from ayo.scheduler import PlanError, Port, PortType, PortTypeError
+from ayo.scheduler import Edge, Plan, PlanError, Port, PortType, PortTypeError, validate
 from ayo.scheduler.ir.ports import compatible
+from ayo.scheduler.ir.primitives import control_port, output_node
 
-if TYPE_CHECKING:
-    from .lowering import Lowering, Source
+from .lowering import Lowering, Source
+from .refs import INPUTS, PortRef, freeze_bindings
 
-INPUTS = "input"  # the pseudo-module whose ports are the workflow inputs
-
-
-@dataclass(frozen=True)
-class PortRef:
-    """Output ``port`` of module ``module`` (module ``"input"``: a workflow input)."""
-
-    module: str
-    port: str
-
-    def __str__(self) -> str:
-        return f"{self.module}.{self.port}"
-
-
-def freeze_bindings(
-    bind: Mapping[str, PortRef] | tuple[tuple[str, PortRef], ...],
-) -> tuple[tuple[str, PortRef], ...]:
-    """Bindings as a sorted tuple of pairs (hashable); checks every value is a PortRef."""
-    pairs = tuple(sorted(dict(bind).items()))
-    for name, ref in pairs:
-        if not isinstance(ref, PortRef):
-            raise PlanError(
-                f"binding {name!r} must be a port reference (e.g. wf.input(...) or module['port']), got {ref!r}"
-            )
-    return pairs
+__all__ = [
+    "INPUTS",
+    "InputShape",
+    "Module",
+    "ModuleHandle",
+    "PortRef",
+    "Workflow",
+    "WorkflowBuilder",
+    "freeze_bindings",
+    "lower",
+]
 
 
 class Module:
@@ -198,3 +185,45 @@ class InputShape:
         return InputShape(
             tuple((n, 1 << (s - 1).bit_length() if s > 1 else s) for n, s in self.sizes)
         )
+
+
+def lower(workflow: Workflow) -> Plan:
+    """Decompose ``workflow`` into the unoptimized, module-by-module plan (validated). The
+    plan keeps module-by-module order with ordering-only (control) edges: each module's first
+    primitives wait for the previous module's last ones, as a module-at-a-time orchestrator
+    would run them. That plan is the unoptimized baseline; dependency pruning removes those
+    edges."""
+    b = Lowering(workflow.inputs)
+    previous: list[str] = []
+    for module in workflow.modules:
+        b.module = module.id
+        start = len(b.nodes)
+        b.expose(module.id, module.lower(b))
+        mine = {n.id for n in b.nodes[start:]}
+        _order_after(b, start, mine, previous)
+        fed = {e.src for e in b.edges if e.src in mine}
+        previous = [nid for nid in (n.id for n in b.nodes[start:]) if nid not in fed]
+    b.module = ""
+    out = output_node(Port(name, b.src(ref).type) for name, ref in workflow.outputs)
+    b.nodes.append(out)
+    for name, ref in workflow.outputs:
+        b.wire(b.src(ref), out, name)
+    return validate(Plan(workflow.name, tuple(b.nodes), tuple(b.edges)), "lower")
+
+
+def _order_after(b: Lowering, start: int, mine: set[str], previous: list[str]) -> None:
+    """Make this module's entry primitives wait for the previous module's exit primitives."""
+    if not previous:
+        return
+    internal = {e.dst for e in b.edges if e.src in mine and e.dst in mine}
+    for i in range(start, len(b.nodes)):
+        node = b.nodes[i]
+        if node.id in internal:
+            continue
+        ports = list(node.inputs)
+        for prev in previous:
+            port = control_port(len(ports))
+            ports.append(port)
+            src = next(n for n in b.nodes if n.id == prev)
+            b.edges.append(Edge(prev, src.outputs[0].name, node.id, port.name))
+        b.nodes[i] = node.with_(inputs=tuple(ports))

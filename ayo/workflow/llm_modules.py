@@ -8,8 +8,9 @@ from dataclasses import dataclass
 from ayo.scheduler import PlanError, PortType, Prompt, SamplingParams
 from ayo.scheduler.ir import primitives as P
 
-from .core import Module, PortRef, freeze_bindings
+from .core import Module
 from .lowering import Lowering, Source
+from .refs import PortRef, freeze_bindings
 
 T, TL, DL, B = PortType.TEXT, PortType.TEXT_LIST, PortType.DOC_LIST, PortType.BOOL
 SYNTHESIS_MODES = ("one_shot", "refine", "tree")

@@ -1,19 +1,16 @@
-"""Decomposition: a workflow's modules become a plan of primitives.
-
-The plan keeps module-by-module order with ordering-only (control) edges: each module's first
-primitives wait for the previous module's last ones, as a module-at-a-time orchestrator would
-run them. That plan is the unoptimized baseline; dependency pruning removes those edges.
-"""
+"""What a module emits its primitives into (:class:`Lowering`) and where a value comes from in
+the plan being built (:class:`Source`); ``core.lower`` drives it, module by module."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ayo.scheduler import Edge, Node, Plan, PlanError, Port, PortType, validate
+from ayo.scheduler import Edge, Node, PlanError, Port, PortType
 from ayo.scheduler.ir.graph import INPUT_ID
-from ayo.scheduler.ir.primitives import control_port, input_node, output_node
+from ayo.scheduler.ir.primitives import input_node
 
-from .core import INPUTS, PortRef, Workflow
+from .refs import INPUTS, PortRef
 
 
 @dataclass(frozen=True)
@@ -28,13 +25,10 @@ class Source:
 class Lowering:
     """Collects the primitives one module emits; passed to ``Module.lower``."""
 
-    def __init__(self, workflow: Workflow) -> None:
-        self.workflow = workflow
-        self.nodes: list[Node] = [input_node(workflow.inputs)]
+    def __init__(self, inputs: Sequence[Port]) -> None:
+        self.nodes: list[Node] = [input_node(inputs)]
         self.edges: list[Edge] = []
-        self._sources = {
-            (INPUTS, p.name): Source(INPUT_ID, p.name, p.type) for p in workflow.inputs
-        }
+        self._sources = {(INPUTS, p.name): Source(INPUT_ID, p.name, p.type) for p in inputs}
         self.module = ""
 
     def src(self, ref: PortRef) -> Source:
@@ -66,41 +60,3 @@ class Lowering:
     def expose(self, module_id: str, outputs: dict[str, Source]) -> None:
         for port, source in outputs.items():
             self._sources[(module_id, port)] = source
-
-
-def lower(workflow: Workflow) -> Plan:
-    """Decompose ``workflow`` into the unoptimized, module-by-module plan (validated)."""
-    b = Lowering(workflow)
-    previous: list[str] = []
-    for module in workflow.modules:
-        b.module = module.id
-        start = len(b.nodes)
-        b.expose(module.id, module.lower(b))
-        mine = {n.id for n in b.nodes[start:]}
-        _order_after(b, start, mine, previous)
-        fed = {e.src for e in b.edges if e.src in mine}
-        previous = [nid for nid in (n.id for n in b.nodes[start:]) if nid not in fed]
-    b.module = ""
-    out = output_node(Port(name, b.src(ref).type) for name, ref in workflow.outputs)
-    b.nodes.append(out)
-    for name, ref in workflow.outputs:
-        b.wire(b.src(ref), out, name)
-    return validate(Plan(workflow.name, tuple(b.nodes), tuple(b.edges)), "lower")
-
-
-def _order_after(b: Lowering, start: int, mine: set[str], previous: list[str]) -> None:
-    """Make this module's entry primitives wait for the previous module's exit primitives."""
-    if not previous:
-        return
-    internal = {e.dst for e in b.edges if e.src in mine and e.dst in mine}
-    for i in range(start, len(b.nodes)):
-        node = b.nodes[i]
-        if node.id in internal:
-            continue
-        ports = list(node.inputs)
-        for prev in previous:
-            port = control_port(len(ports))
-            ports.append(port)
-            src = next(n for n in b.nodes if n.id == prev)
-            b.edges.append(Edge(prev, src.outputs[0].name, node.id, port.name))
-        b.nodes[i] = node.with_(inputs=tuple(ports))

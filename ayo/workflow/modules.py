@@ -8,8 +8,9 @@ from dataclasses import dataclass
 from ayo.scheduler import PlanError, PortType
 from ayo.scheduler.ir import primitives as P
 
-from .core import Module, PortRef
+from .core import Module
 from .lowering import Lowering, Source
+from .refs import PortRef
 
 T, TL, DL, V, B = (
     PortType.TEXT,

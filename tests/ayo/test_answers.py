@@ -51,7 +51,7 @@ def judge_workflow():
 
 
 async def test_answers_stop_hold_the_fact_and_the_judge_decides(tmp_path) -> None:
-    from ayo.app import App
+    from ayo.runtime.app import App
 
     app = App.default(data_dir=str(tmp_path))
     app.add_workflow(judge_workflow())

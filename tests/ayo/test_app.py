@@ -6,9 +6,9 @@ import sys
 
 import pytest
 
-from ayo.__main__ import main
-from ayo.app import App
-from ayo.engine_set import SchedulerConfig
+from ayo.cli.main import main
+from ayo.runtime.app import App
+from ayo.runtime.engine_set import SchedulerConfig
 from ayo.scheduler import PlanError
 from ayo.scheduler.batching.engine_scheduler import QueueFull
 from ayo.scheduler.ir.engine_api import engine_kind

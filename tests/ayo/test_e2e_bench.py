@@ -10,7 +10,7 @@ import statistics
 
 import pytest
 
-from ayo.app import App
+from ayo.runtime.app import App
 from benchmarks import e2e
 from benchmarks.e2e_core import MODES, Plan, percentile, poisson_arrivals, run_all
 from benchmarks.e2e_report import HEADERS, policy_table, table_rows
@@ -121,7 +121,7 @@ async def _run_fake(plan: Plan) -> list:
 
 def test_step_gantt_draws_the_llm_steps_of_a_run(tmp_path):
     from ayo.engines.llm.core import StepRecord
-    from ayo.tracing import Span, Trace
+    from ayo.runtime.tracing import Span, Trace
     from benchmarks.e2e_core import ModeRun
     from benchmarks.e2e_report import write_step_gantt
 

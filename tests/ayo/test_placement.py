@@ -10,8 +10,8 @@ import sys
 
 import pytest
 
-from ayo.app import App
 from ayo.cluster import Placement, is_loopback_address
+from ayo.runtime.app import App
 from ayo.scheduler.sim.fakes import fake_engine, fake_engines
 from ayo.server.__main__ import build_parser, load_config
 from ayo.server.config import ServerConfig

@@ -5,9 +5,9 @@ import shutil
 
 import pytest
 
-from ayo.__main__ import main
 from ayo.apps import APPS
-from ayo.plan_cache import PlanCache
+from ayo.cli.main import main
+from ayo.runtime.plan_cache import PlanCache
 from ayo.scheduler import EngineProfile, plan_to_json
 from ayo.workflow import InputShape
 

@@ -32,7 +32,7 @@ def tiny_rag():
 
 
 async def test_real_engines_optimized_equals_unoptimized(tmp_path) -> None:
-    from ayo.app import App
+    from ayo.runtime.app import App
 
     app = App.default(data_dir=str(tmp_path), builtin_apps=False)
     app.add_workflow(tiny_rag())

@@ -7,10 +7,10 @@ import asyncio
 import pytest
 from hypothesis import HealthCheck, given, settings
 
-from ayo.app import App
 from ayo.apps import APPS
-from ayo.engine_set import SchedulerConfig
 from ayo.passes import CompileContext, compile_workflow
+from ayo.runtime.app import App
+from ayo.runtime.engine_set import SchedulerConfig
 from ayo.scheduler import Edge, EngineProfile, ExecutionError, LatencyModel, Plan, Port, PortType
 from ayo.scheduler.batching.policies import BatchLimits
 from ayo.scheduler.ir import primitives as P
@@ -146,7 +146,7 @@ class _PlanWorkflow:
 
 @pytest.fixture(autouse=True)
 def _fixed_plans(monkeypatch):
-    from ayo.plan_cache import PlanCache
+    from ayo.runtime.plan_cache import PlanCache
 
     original = PlanCache.get
 

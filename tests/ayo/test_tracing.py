@@ -7,9 +7,9 @@ import random
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from ayo.runtime.tracing import Trace
 from ayo.scheduler.batching.engine_scheduler import EngineScheduler
 from ayo.scheduler.batching.policies import BatchLimits, PendingRequest
-from ayo.tracing import Trace
 
 
 class SleepyEngine:
@@ -61,7 +61,7 @@ async def test_trace_records_every_primitive_with_its_batch(tmp_path):
 
 
 def test_rows_become_spans_in_order_when_read():
-    from ayo.tracing import Span
+    from ayo.runtime.tracing import Span
 
     trace = Trace(origin=1.0)
     trace.add(Span(1, "embed", "embedder", 1.0, 1.5, 2.0, 4, True))
@@ -77,7 +77,7 @@ def test_loop_histogram_exposes_what_a_prometheus_histogram_does():
 
     from prometheus_client import CollectorRegistry, Histogram, generate_latest
 
-    from ayo.metrics import LoopHistogram
+    from ayo.runtime.metrics import LoopHistogram
 
     buckets = (0.001, 0.01, 1, 2.5)
     ref_registry, registry = CollectorRegistry(), CollectorRegistry()
@@ -121,7 +121,7 @@ def test_loop_counter_exposes_what_a_prometheus_counter_does():
 
     from prometheus_client import CollectorRegistry, Counter, generate_latest
 
-    from ayo.metrics import LoopCounter
+    from ayo.runtime.metrics import LoopCounter
 
     ref_registry, registry = CollectorRegistry(), CollectorRegistry()
     ref = Counter("ayo_things", "doc", ["app", "reason"], registry=ref_registry)

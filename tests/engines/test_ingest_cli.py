@@ -1,4 +1,4 @@
-"""``python -m ayo.ingest`` on a folder of .txt/.md/.jsonl files (in-process)."""
+"""``python -m ayo ingest`` on a folder of .txt/.md/.jsonl files (in-process)."""
 
 from __future__ import annotations
 
@@ -6,8 +6,9 @@ import json
 
 import pytest
 
+from ayo.cli.ingest import main
 from ayo.engines import DocumentStore
-from ayo.ingest import iter_documents, main
+from ayo.runtime.corpus import iter_documents
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""Engine instances in Ray actors on a second node of a loopback-only cluster (``ayo.remote``):
+"""Engine instances in Ray actors on a second node of a loopback-only cluster (``ayo.cluster.remote``):
 answers equal to in-process engines, a killed actor failing only its queries, and no
 connection leaving 127.0.0.1. Skipped without the optional ``ray`` extra."""
 
@@ -13,7 +13,7 @@ import textwrap
 
 import pytest
 
-from ayo.app import App
+from ayo.runtime.app import App
 from ayo.scheduler import ExecutionError
 from ayo.scheduler.sim.fakes import fake_engine, fake_engines
 
@@ -33,7 +33,7 @@ DOCS = [
 def cluster():
     import ray
 
-    from ayo.remote import start_loopback_cluster
+    from ayo.cluster.remote import start_loopback_cluster
 
     c = start_loopback_cluster([{"num_cpus": 2, "resources": {"worker": 1}}])
     yield c
@@ -42,7 +42,7 @@ def cluster():
 
 
 def _remote(name: str, kind: str, **options) -> object:
-    from ayo.remote import RemoteEngine
+    from ayo.cluster.remote import RemoteEngine
 
     return RemoteEngine(functools.partial(fake_engine, name), kind, resources=WORKER,
                         num_cpus=0, **options)  # fmt: skip
@@ -93,7 +93,7 @@ async def test_a_killed_actor_fails_only_its_queries_and_the_next_one_succeeds(c
 
     import ray
 
-    from ayo.remote import RemoteEngine, RemoteEngineError
+    from ayo.cluster.remote import RemoteEngine, RemoteEngineError
 
     slow = RemoteEngine(functools.partial(fake_engine, "embedder", 1.0), "embedder",
                         resources=WORKER, num_cpus=0)  # fmt: skip
@@ -122,7 +122,7 @@ async def test_a_killed_actor_fails_only_its_queries_and_the_next_one_succeeds(c
 def test_a_remote_engine_that_no_node_can_take_says_so(cluster):
     import asyncio
 
-    from ayo.remote import RemoteEngine, RemoteEngineError
+    from ayo.cluster.remote import RemoteEngine, RemoteEngineError
 
     engine = RemoteEngine(functools.partial(fake_engine, "embedder"), "embedder",
                           resources={"gpu_node": 1}, start_timeout_s=2)  # fmt: skip
@@ -139,7 +139,7 @@ def test_no_connection_leaves_loopback(tmp_path):
         textwrap.dedent("""
         import asyncio, functools
         import ray
-        from ayo.remote import RemoteEngine, start_loopback_cluster
+        from ayo.cluster.remote import RemoteEngine, start_loopback_cluster
         from ayo.scheduler.sim.fakes import fake_engine
         cluster = start_loopback_cluster([{"num_cpus": 1, "resources": {"worker": 1}}])
         async def main():
@@ -174,10 +174,10 @@ def test_no_connection_leaves_loopback(tmp_path):
 async def test_every_app_with_the_llm_and_embedder_on_a_second_node_answers_as_in_process(
     cluster, tmp_path
 ):
-    from ayo.defaults import default_embedder, default_llm, load_default_engines
+    from ayo.cluster.remote import RemoteEngine
     from ayo.engines.corpus import load_wiki
-    from ayo.ingest import ingest_all
-    from ayo.remote import RemoteEngine
+    from ayo.runtime.corpus import ingest_all
+    from ayo.runtime.defaults import default_embedder, default_llm, load_default_engines
 
     options = _options(tmp_path)
     loaded = load_default_engines(options)
@@ -210,7 +210,7 @@ def _step_order_set(engine) -> bool:
 
 def _options(data_dir):
     """The default engines of these tests: float32, one thread each, short answers."""
-    from ayo.defaults import EngineOptions
+    from ayo.runtime.defaults import EngineOptions
 
     return EngineOptions(dtype="float32", data_dir=data_dir, llm_threads=1, embedder_threads=1,
                          max_new_tokens=16)  # fmt: skip
@@ -226,8 +226,8 @@ async def test_llm_replicas_local_and_remote_keep_each_sequence_on_one_replica(c
     both, every primitive of a sequence goes where its KV is, answers equal one local LLM's."""
     import asyncio
 
-    from ayo.defaults import default_llm, load_default_engines
-    from ayo.remote import RemoteEngine
+    from ayo.cluster.remote import RemoteEngine
+    from ayo.runtime.defaults import default_llm, load_default_engines
 
     options = _options(tmp_path)
     local = load_default_engines(options).by_name()

@@ -82,7 +82,7 @@ def test_a_decode_takes_the_held_tokens_and_closing_drops_them() -> None:
 async def test_app_sends_partial_prefills_to_the_background(monkeypatch) -> None:
     """The PartialPrefill handler goes through ``prefill_when_idle`` (not a plain prefill), and
     the optimized plan still answers as the module-by-module one, with a trace row per primitive."""
-    from ayo.app import App
+    from ayo.runtime.app import App
 
     held: list[int] = []
     original = BatchedLLM.prefill_when_idle

@@ -12,8 +12,9 @@ from pathlib import Path
 import aiohttp
 import pytest
 
+from ayo.cluster import is_loopback
 from ayo.server.__main__ import build_parser, load_config
-from ayo.server.config import ServerConfig, is_loopback
+from ayo.server.config import ServerConfig
 
 from .helpers import ServerProcess
 
@@ -51,7 +52,7 @@ def test_config_file_flags_and_env(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     assert load_config(build_parser().parse_args(["--host", "0.0.0.0"])).api_key == "from-env"
     monkeypatch.setenv("AYO_DATA_DIR", str(tmp_path / "d"))
     assert ServerConfig().data_path == tmp_path / "d"
-    from ayo.ingest import default_data_dir
+    from ayo.runtime.corpus import default_data_dir
 
     assert default_data_dir() == ServerConfig().data_path  # the CLI and the server agree
     assert ServerConfig().gc_tuning is True

@@ -14,7 +14,7 @@ from ayo.client import (
     BadRequest,
     Completion,
     ConnectionFailed,
-    ContextLengthExceeded,
+    ContextWindowExceeded,
     NotFound,
     PayloadTooLarge,
     QueryResponse,
@@ -105,7 +105,7 @@ async def test_error_types_from_real_responses(client, server):
     assert e.value.status == 404 and e.value.type == "not_found_error"
     with pytest.raises(NotFound):
         await client.chat(MESSAGES, model="gpt-9")
-    with pytest.raises(ContextLengthExceeded) as e:
+    with pytest.raises(ContextWindowExceeded) as e:
         await client.complete("hello " * server.state.llm.max_model_len, max_tokens=1)
     assert e.value.status == 422 and e.value.type == "context_length_exceeded"
     with pytest.raises(BadRequest):  # raised before iterating, like the openai SDK

@@ -9,7 +9,7 @@ import aiohttp
 import pytest
 
 from ayo.apps import APPS
-from ayo.plan_cache import PlanCache
+from ayo.runtime.plan_cache import PlanCache
 from ayo.scheduler import plan_to_json
 from ayo.workflow import InputShape
 from tests.server.conftest import CORPUS_LIMIT

@@ -7,9 +7,9 @@ import asyncio
 
 import pytest
 
-from ayo.app import App
 from ayo.engines.errors import EngineClosed, InvalidRequest, UnknownCollection
 from ayo.engines.llm.errors import ContextLengthExceeded
+from ayo.runtime.app import App
 from ayo.scheduler import DeadlineExceeded, ExecutionError, PlanError
 from ayo.scheduler.batching.engine_scheduler import QueueFull
 from ayo.server.errors import ApiError

@@ -8,11 +8,11 @@ run time asks an engine what it can do: this file is where that is settled.
 
 from __future__ import annotations
 
+from ayo.cluster.remote import RemoteEngine
 from ayo.engines.collection_index import CollectionIndex, CollectionKeywordIndex
 from ayo.engines.embedder import Embedder
 from ayo.engines.llm import LLMEngine
 from ayo.engines.reranker import Reranker
-from ayo.remote import RemoteEngine
 from ayo.scheduler.batching.llm_proxy import BatchedLLM
 from ayo.scheduler.batching.proxies import (
     BatchedEmbedder,

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from ayo.engines.llm import LLMEngine
-from ayo.profiling import PROFILE_HEADERS, measure_llm, profile_path, profile_rows
+from ayo.runtime.profiling import PROFILE_HEADERS, measure_llm, profile_path, profile_rows
 from ayo.scheduler.profiles.profile import DEFAULT_PROFILES
 from ayo.scheduler.profiles.profiler import profile_from
 
@@ -42,7 +42,7 @@ def test_profiles_are_keyed_by_model_dtype_and_threads(tmp_path: Path):
 
 
 def test_stored_profiles_missing_saved_and_malformed(tmp_path: Path):
-    from ayo.profiling import stored_profiles
+    from ayo.runtime.profiling import stored_profiles
     from ayo.scheduler.profiles.profile import EngineProfile, LatencyModel
     from ayo.scheduler.profiles.profiler import save_profiles
 
@@ -62,7 +62,7 @@ async def test_a_first_start_measures_every_engine_and_a_later_one_loads(tiny_ll
     call measures each kind (progress reported), stores the file and gives the App the
     profiles its plans and critical-path costs then read; the next call only loads it."""
     from ayo import profiling
-    from ayo.app import App
+    from ayo.runtime.app import App
     from ayo.scheduler.sim.fakes import fake_engines
 
     eng = LLMEngine.from_model(tiny_llama.path, block_size=4, num_blocks=256, max_model_len=64)

@@ -1,4 +1,4 @@
-"""``python -m ayo.demo``: an end-to-end check of this install's compute kernels.
+"""``python -m ayo demo``: an end-to-end check of this install's compute kernels.
 
 Runs every kernel of :mod:`ayo.kernels` on small, awkward shapes through each backend that can
 run here (on a CPU machine: the torch reference, and Triton in its interpreter) and reports the
@@ -14,7 +14,7 @@ import time
 
 import torch
 
-log = logging.getLogger("ayo.demo")
+log = logging.getLogger("ayo.cli.demo")
 
 
 def _cases(device: torch.device):
@@ -107,7 +107,3 @@ def main() -> int:
     else:
         log.info("all kernels agree with the torch reference")
     return 1 if failures else 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -23,8 +23,8 @@ from typing import Any
 from aiohttp import web
 
 from ayo.server.errors import ApiError, bad_request, read_json
-from ayo.server.openai_generate import OFFLOAD_CHARS, encode_prompt, fit_sampling, generate
-from ayo.server.openai_requests import (
+from ayo.server.openai.generate import OFFLOAD_CHARS, encode_prompt, fit_sampling, generate
+from ayo.server.openai.requests import (
     COMPLETIONS_DEFAULT_MAX_TOKENS,
     StreamOptions,
     check_model,
@@ -36,7 +36,7 @@ from ayo.server.openai_requests import (
     parse_sampling,
     parse_stream,
 )
-from ayo.server.openai_stream import stream_chunks, usage_json
+from ayo.server.openai.stream import stream_chunks, usage_json
 from ayo.server.state import STATE, ServerState
 
 
@@ -185,7 +185,7 @@ async def _app_chat(
 ) -> web.StreamResponse:
     """Run app ``name`` on the last user message; its ``answer`` is the assistant's reply."""
     from ayo.server.mapping import to_api_error
-    from ayo.server.openai_generate import Piece
+    from ayo.server.openai.generate import Piece
     from ayo.server.routes_apps import app_inputs
 
     question = last_user_message(messages)

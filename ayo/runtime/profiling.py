@@ -263,19 +263,22 @@ PROFILE_HEADERS = [
 async def profile_default_engines(
     model: str, dtype: str, threads: int | None, data_dir: Path, collection: str = "wiki"
 ) -> tuple[dict[str, EngineProfile], dict[str, list[Sample]], str]:
-    """Load the server's engines (:func:`ayo.defaults.load_default_engines` over
+    """Load the server's engines (:func:`ayo.runtime.defaults.load_default_engines` over
     ``data_dir``), measure them with every shape, and fit their profiles. Returns the
     profiles, the samples and the LLM's resolved dtype."""
-    from ayo.app import App
-    from ayo.defaults import EngineOptions, load_default_engines
+    from ayo.runtime.defaults import EngineOptions, load_default_engines
 
     options = EngineOptions(model=model, dtype=dtype, llm_threads=threads, data_dir=data_dir,
                             collection=collection)  # fmt: skip
     engines = load_default_engines(options)
-    app = App()
-    for name, engine in engines.by_name().items():
-        app.add_engine(name, engine)
-    app.closing.append(engines.close)
-    async with app:
-        samples = await measure_engines(engines.by_name(), engines.embedder)
+    by_name = engines.by_name()
+    distinct = list({id(e): e for e in by_name.values()}.values())
+    try:
+        for engine in distinct:
+            await engine.start()
+        samples = await measure_engines(by_name, engines.embedder)
+    finally:
+        for engine in reversed(distinct):
+            await engine.stop()
+        engines.close()
     return profiles_from(samples), samples, engines.llm.config.dtype

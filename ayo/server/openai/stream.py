@@ -16,7 +16,7 @@ from typing import Any
 from aiohttp import web
 
 from ayo.server.errors import ApiError
-from ayo.server.openai_requests import StreamOptions
+from ayo.server.openai.requests import StreamOptions
 
 log = logging.getLogger(__name__)
 

@@ -20,9 +20,9 @@ import numpy as np
 from aiohttp import web
 
 from ayo.server.errors import ApiError, bad_request, field, read_json
-from ayo.server.openai_chat import chat_completions, completions
-from ayo.server.openai_requests import check_model
-from ayo.server.openai_schema import OPENAPI_PATHS
+from ayo.server.openai.chat import chat_completions, completions
+from ayo.server.openai.requests import check_model
+from ayo.server.openai.schema import OPENAPI_PATHS
 from ayo.server.state import STATE
 
 MAX_EMBED_INPUTS = 2048  # as OpenAI's limit per request

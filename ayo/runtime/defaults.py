@@ -49,7 +49,7 @@ class EngineOptions:
             embedding reranker kept the gold article in advanced_rag's top 3 as often as the
             question's own dense search (74/76); BM25 fused in lost it more often (63-66/76).
         data_dir: the RetrievalStore folder (None: ``$AYO_DATA_DIR``, else
-            ``$XDG_CACHE_HOME/ayo`` or ``~/.cache/ayo``, as ``python -m ayo.ingest``).
+            ``$XDG_CACHE_HOME/ayo`` or ``~/.cache/ayo``, as ``python -m ayo ingest``).
         collection: the stored collection the apps search when a query brings no documents.
         llm_threads, embedder_threads: torch threads of each engine's worker (a CPU shares
             its cores between the engines; None: torch's default).
@@ -72,7 +72,7 @@ class EngineOptions:
     def data_path(self) -> Path:
         if self.data_dir is not None:
             return Path(self.data_dir).expanduser()
-        from ayo.ingest import default_data_dir
+        from ayo.runtime.corpus import default_data_dir
 
         return default_data_dir()
 
@@ -184,7 +184,7 @@ def placed(
 ) -> dict[str, list[Any]]:
     """The default engines' instances where ``placements`` put them (by engine name: ``llm``,
     which the judge shares, ``embedder``, ``reranker``): the loaded local engine for
-    ``Placement.LOCAL``, a :class:`~ayo.remote.RemoteEngine` building the same engine (same
+    ``Placement.LOCAL``, a :class:`~ayo.cluster.remote.RemoteEngine` building the same engine (same
     model options) on a Ray node for the others. Engines without a placement stay local."""
     from ayo.cluster import place
 

@@ -32,7 +32,7 @@ class PayloadTooLarge(AyoError):
     """413: the request body is over the server's limit."""
 
 
-class ContextLengthExceeded(AyoError):
+class ContextWindowExceeded(AyoError):
     """422: the prompt does not fit the model's context window."""
 
 
@@ -56,7 +56,7 @@ _BY_STATUS: dict[int, type[AyoError]] = {
     401: Unauthorized,
     404: NotFound,
     413: PayloadTooLarge,
-    422: ContextLengthExceeded,
+    422: ContextWindowExceeded,
     429: RateLimited,
 }
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ayo.server.openapi import NON_BLANK
+from ayo.server.patterns import NON_BLANK
 
 ERROR = {"$ref": "#/components/schemas/Error"}
 

@@ -51,7 +51,7 @@ def _jsonable(value: Any) -> Any:
 
 
 async def _run(args: argparse.Namespace) -> int:
-    from ayo.app import App
+    from ayo.runtime.app import App
 
     inputs = parse_inputs(args.app, args.input)
     if args.engines == "fake":

@@ -4,7 +4,7 @@ The asyncio runtime, its graph scheduler and the engine schedulers stay in the d
 engine registered as a :class:`RemoteEngine` is built *on the chosen node* by a factory (so its
 model is loaded there), hosted in one Ray actor (:class:`EngineHost`), and called per batch::
 
-    from ayo.remote import RemoteEngine, start_loopback_ray
+    from ayo.cluster.remote import RemoteEngine, start_loopback_ray
 
     start_loopback_ray()                     # or ray.init(address=...) for a real cluster
     app.add_engine("embedder", RemoteEngine(make_embedder, "embedder", resources={"cpu_node": 1}))

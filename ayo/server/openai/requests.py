@@ -18,7 +18,7 @@ from typing import Any
 
 from ayo.engines.llm.sampling import SamplingParams
 from ayo.server.errors import ApiError, bad_request, field, integral, not_found, number_in
-from ayo.server.openapi import PROMPT_CHARACTER
+from ayo.server.patterns import PROMPT_CHARACTER
 from ayo.server.state import ServerState
 
 MAX_STOP_STRINGS = 16

@@ -11,7 +11,7 @@
             ...
 
 A server error becomes an :class:`AyoError` subclass chosen by its HTTP status (``BadRequest``
-400, ``Unauthorized`` 401, ``NotFound`` 404, ``PayloadTooLarge`` 413, ``ContextLengthExceeded``
+400, ``Unauthorized`` 401, ``NotFound`` 404, ``PayloadTooLarge`` 413, ``ContextWindowExceeded``
 422, ``RateLimited`` 429, ``ServerError`` 5xx) carrying the server's ``type`` and ``message``; a
 transport failure (refused, reset, timed out) is ``ConnectionFailed``.
 """
@@ -26,11 +26,11 @@ from typing import Any, Literal, overload
 
 import aiohttp
 
-from ayo.client_errors import (
+from ayo.client.errors import (
     AyoError,
     BadRequest,
     ConnectionFailed,
-    ContextLengthExceeded,
+    ContextWindowExceeded,
     NotFound,
     PayloadTooLarge,
     RateLimited,
@@ -48,7 +48,7 @@ __all__ = [  # the client, its result types and its errors
     "CollectionInfo",
     "Completion",
     "ConnectionFailed",
-    "ContextLengthExceeded",
+    "ContextWindowExceeded",
     "IngestResult",
     "ModelInfo",
     "NotFound",

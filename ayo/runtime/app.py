@@ -26,21 +26,21 @@ from typing import TYPE_CHECKING, Any
 from ayo.apps import APPS, AppTemplate
 from ayo.apps.completion import COMPLETION, EMBEDDING
 from ayo.cluster import Placement, place
-from ayo.engine_set import EngineSet, SchedulerConfig
-from ayo.metrics import AppMetrics
-from ayo.plan_cache import PlanCache
+from ayo.runtime.engine_set import EngineSet, SchedulerConfig
+from ayo.runtime.metrics import AppMetrics
+from ayo.runtime.plan_cache import PlanCache
+from ayo.runtime.tracing import Span, Trace
 from ayo.scheduler import EngineProfile, Plan, RegexTokenizer
 from ayo.scheduler.batching.engine_scheduler import BatchRecord, QueueFull
 from ayo.scheduler.runtime.graph_run import DeadlineExceeded, GraphRun, answer_nodes
 from ayo.scheduler.runtime.plan_costs import PlanCosts
 from ayo.scheduler.sim.simulation import VirtualClockLoop
-from ayo.tracing import Span, Trace
 from ayo.workflow import InputShape, Workflow
 
 if TYPE_CHECKING:
-    from ayo.defaults import EngineOptions
     from ayo.engines.llm.outputs import DecodeEnd
     from ayo.engines.llm.sampling import SamplingParams
+    from ayo.runtime.defaults import EngineOptions
 
 _ANSWER = {COMPLETION.name: "completion"}  # the output a workflow streams (default "answer")
 
@@ -131,7 +131,7 @@ class App:
 
         With ``placement`` (an :class:`ayo.cluster.Placement`, or a list: replicas behind one
         scheduler), ``engine`` is a factory with the ``kind`` it builds: called here for a local
-        instance, on the chosen Ray node for a remote one (``ayo.remote.RemoteEngine``)."""
+        instance, on the chosen Ray node for a remote one (``ayo.cluster.remote.RemoteEngine``)."""
         if placement is not None:
             if not callable(engine) or kind is None:
                 raise ValueError(
@@ -158,7 +158,7 @@ class App:
         return self._workflow(name)
 
     def use_profiles(self, profiles: Mapping[str, EngineProfile]) -> None:
-        """Plan with these engine profiles from now on (measured ones, see ``ayo.profiling``):
+        """Plan with these engine profiles from now on (measured ones, see ``ayo.runtime.profiling``):
         the plan cache and the per-plan costs the critical-path policy reads start afresh."""
         self.profiles = dict(profiles)
         self._plans = None
@@ -439,22 +439,22 @@ class App:
         engines: EngineOptions | None = None,
         **options: Any,
     ) -> App:
-        """An App on the embedded engines (``ayo.defaults``: LLM, embedder, reranker, indexes
+        """An App on the embedded engines (``ayo.runtime.defaults``: LLM, embedder, reranker, indexes
         over the RetrievalStore in ``data_dir``, searching ``collection`` when a query brings no
         documents; ``engines`` sets the other options). Loads models (seconds). The plans read
         the engine profile measured on this machine when one is stored in the data directory
-        (see :mod:`ayo.profiling`), else the constants. Raises RuntimeError naming what is
+        (see :mod:`ayo.runtime.profiling`), else the constants. Raises RuntimeError naming what is
         missing."""
         import dataclasses
 
-        from ayo.defaults import EngineOptions, load_default_engines
+        from ayo.runtime.defaults import EngineOptions, load_default_engines
 
         base = engines or EngineOptions()
         loaded = load_default_engines(
             dataclasses.replace(base, data_dir=data_dir or base.data_dir, collection=collection)
         )
         if "profiles" not in options:
-            from ayo.profiling import engine_profile_path, stored_profiles
+            from ayo.runtime.profiling import engine_profile_path, stored_profiles
 
             path = engine_profile_path(loaded.options.data_path, loaded.options.model, loaded.llm)
             options["profiles"] = stored_profiles(path)
