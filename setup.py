@@ -75,6 +75,7 @@ setup(
             "accelerate>=0.30,<2",
             "openai>=1.40,<4",
             "mypy>=2.4,<3",  # the engine-protocol conformance check (tests/static)
+            "mkdocs>=1.6,<2",  # docs build --strict (tests/test_docs.py)
         ],
         # python -m benchmarks.fuzz: the server against its own OpenAPI document
         "fuzz": ["schemathesis>=4.32,<5"],

@@ -151,6 +151,11 @@ def cmd_profile(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["ingest"]:
+        # straight to its own parser: argparse's REMAINDER never takes a first "-..." argument,
+        # so `ayo ingest --help` would be refused here
+        return cmd_ingest(argparse.Namespace(args=argv[1:]))
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
