@@ -32,12 +32,15 @@ class EmbedderConfig:
 
     Attributes:
         max_batch_tokens: padded tokens per forward pass (batch x longest), >= max_length.
+            Smaller passes keep the activations in the CPU's caches: embedding 320 wiki
+            passages (~60 tokens) with all-MiniLM-L6-v2 on a 2-core AMD EPYC took 8.6 s at
+            8192, 5.9 s at 1024 and 6.0 s at 512 on one thread; 4.5, 3.4 and 3.8 s on two.
         max_length: token limit per text; None: the model's ``max_seq_length``.
         pooling: None: as declared by the model's ``1_Pooling/config.json`` (mean if absent).
         normalize: None: as declared (a ``Normalize`` module in ``modules.json``).
     """
 
-    max_batch_tokens: int = 8192
+    max_batch_tokens: int = 1024
     max_length: int | None = None
     pooling: str | None = None
     normalize: bool | None = None
