@@ -291,18 +291,31 @@ class GraphRun:
     async def _consume_stream(
         self, node: Node, data: dict[str, Any], edge: Edge, info: RequestInfo
     ) -> None:
-        """The handler once per chunk coming down ``edge`` (an Aggregate gathers them)."""
+        """The handler once per chunk coming down ``edge`` (an Aggregate gathers them). Chunks
+        that queued up while the handler ran go into its next call together: one engine call
+        (one fixed cost) for what arrived meanwhile, instead of one call each."""
         queue = self._queues[edge]
         parts: list[Any] = []
         handler = HANDLERS[node.op]
-        while not isinstance(message := await queue.get(), EndOfStream):
+        waiting: list[Chunk | EndOfStream] = []
+        emitted = 0
+        while not isinstance(message := waiting.pop(0) if waiting else await queue.get(),
+                             EndOfStream):  # fmt: skip
             if node.op == Op.AGGREGATE:
                 parts.append(message.items)
                 continue
+            while not waiting and not queue.empty():
+                after = queue.get_nowait()
+                if not _follows(message, after):
+                    waiting.append(after)
+                    break
+                message = Chunk(message.index, message.offset, message.items + after.items)
             chunk_data = self._slice(node, {**data, edge.dst_port: None}, message)
-            self._emit_chunk(node, message, await handler(node, chunk_data, self.ctx, info))
+            out = await handler(node, chunk_data, self.ctx, info)
+            self._emit_chunk(node, Chunk(emitted, message.offset, message.items), out)
+            emitted += 1
         if node.op != Op.AGGREGATE:
-            self._emit_chunk(node, message)
+            self._emit_chunk(node, EndOfStream(emitted, message.skipped))
         elif message.skipped:
             self._deliver_outputs(node.id, {"value": SKIPPED})
         elif node.config.mode == "concat":
@@ -343,6 +356,17 @@ class GraphRun:
             await asyncio.gather(*running, return_exceptions=True)
         if self.ctx.open_seqs or self.ctx.temp_collections:
             await self.ctx.release()
+
+
+def _follows(chunk: Chunk, after: Chunk | EndOfStream) -> bool:
+    """Whether ``after`` continues ``chunk``'s list right where it ends (so one call can take
+    both: the ports aligned with the items are sliced by offset)."""
+    return (
+        isinstance(after, Chunk)
+        and isinstance(chunk.items, list)
+        and isinstance(after.items, list)
+        and after.offset == chunk.offset + len(chunk.items)
+    )
 
 
 def _skipped(facts: NodeFacts, data: Mapping[str, Any]) -> bool:

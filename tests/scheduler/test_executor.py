@@ -68,6 +68,29 @@ async def test_partial_decode_stream_equals_whole_decode(max_items: int) -> None
     )
 
 
+class _SlowEmbedder(FakeEmbedder):
+    async def embed(self, texts: list[str], *, info=None) -> list[list[float]]:
+        await asyncio.sleep(0.02)
+        return await super().embed(texts, info=info)
+
+
+async def test_chunks_queued_during_a_call_go_into_the_next_call_together() -> None:
+    """The expansion writes its queries faster than the embedder embeds: the first goes alone,
+    the ones that arrived meanwhile go in one call (one fixed cost), and nothing changes."""
+    outs, calls = [], []
+    for streamed in (False, True):
+        engines = {**fake_engines(), "embedder": _SlowEmbedder(), "llm": _FourQueriesLLM()}
+        outs.append(await GraphRun(_expand_search_plan(streamed), {"q": "rivers"}, engines).run())
+        calls.append(engines["embedder"].calls)
+    assert outs[0] == outs[1] and len(outs[0]["docs"]) == 2 * 4
+    assert calls == [1, 2]  # one call per query would be [1, 4]
+
+
+class _FourQueriesLLM(FakeLLM):
+    def answer(self, prompt: str) -> str:
+        return "rivers\nstars\nbread\nglass"
+
+
 class _SilentLLM(FakeLLM):
     def answer(self, prompt: str) -> str:
         return "   \n"  # no item at all
