@@ -33,7 +33,7 @@ class CompileContext:
     shape: InputShape = field(default_factory=InputShape)
 
     def profile(self, node: Node) -> EngineProfile:
-        return profile_for(self.profiles, node.engine, node.op.info.engine_kind)
+        return profile_for(self.profiles, node.engine, node.op.info.engine_kind, node.op.value)
 
 
 NodeRewrite = Callable[[Plan, Node, CompileContext], "Plan | None"]

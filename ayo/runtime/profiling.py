@@ -15,7 +15,9 @@ an 8-token decode of all of them) and a prefill of ``t`` tokens of one sequence 
 tokens = t``); the fit ``fixed + per_item * items + per_token * items * tokens`` then gives a
 decode step of one sequence as ``fixed + per_item + per_token`` and a prefill's cost per token.
 Embedder samples: a batch of ``b`` texts of about 16 words. Reranker: one query over ``b``
-passages (its items). Indexes: ``b`` queries (their items), 32 hits each.
+passages (its items). Indexes: ``b`` queries (their items), 32 hits each; the dense index's
+``Ingest`` too (``"index.Ingest"``: ``b`` vectors added to a query's collection), which costs
+differently from a search (stage decomposition weighs it).
 """
 
 from __future__ import annotations
@@ -49,6 +51,8 @@ PREFILL_TOKENS = (32, 128, 512)
 EMBED_BATCHES = (1, 4, 16, 32)
 RERANK_PASSAGES = (4, 16, 32)
 SEARCH_BATCHES = (1, 8, 32)
+INGEST_BATCHES = (16, 64, 256)
+PROFILE_COLLECTION = "ayo-profile/ingest"  # a per-query collection, dropped after
 DECODE_STEPS = 8
 # At a server's first start: a few seconds in all, progress logged per engine.
 QUICK = {"decode_batches": (1, 4, 16), "prefill_tokens": (64, 512), "repeats": 1}
@@ -138,6 +142,23 @@ async def _batch_runner(kind: str, engine: Any, embedder: Any | None) -> Any:
     return None
 
 
+def _ingest_runner(engine: Any, vectors: Any) -> Any:
+    """``run(b, tokens)``: ``b`` vectors added to a fresh per-query collection, then dropped."""
+    from ayo.engines.records import Doc
+
+    calls = itertools.count()
+
+    async def run(b: int, _: int) -> None:
+        name = f"{PROFILE_COLLECTION}/{next(calls)}"
+        docs = [Doc(str(i), f"{WORDS} {i}") for i in range(b)]
+        try:
+            await engine.ingest(name, docs, vectors[:b], info=None)
+        finally:
+            await engine.drop(name)
+
+    return run
+
+
 BATCHES = {"embedder": EMBED_BATCHES, "reranker": RERANK_PASSAGES}
 
 
@@ -171,6 +192,12 @@ async def measure_engines(
             samples[kind] = await measure(run, shapes, (0,), repeats)
         except ValueError as exc:  # an index whose collection is not ingested
             progress(f"not profiling {kind}: {exc}")
+        if kind == "index" and embedder is not None and hasattr(engine, "drop"):
+            vectors = await embedder.embed([f"{WORDS} {i}" for i in range(32)], info=None)
+            vectors = [vectors[i % len(vectors)] for i in range(max(INGEST_BATCHES))]
+            samples["index.Ingest"] = await measure(
+                _ingest_runner(engine, vectors), INGEST_BATCHES, (0,), repeats
+            )
     return samples
 
 
@@ -185,6 +212,9 @@ async def ensure_profiles(
     on ``app``'s started engines (the quick shapes) and stored there; given to ``app`` either
     way (:meth:`App.use_profiles`). Call it before the first query."""
     profiles = read_profiles(path)
+    if profiles is not None and "index" in profiles and "index.Ingest" not in profiles:
+        progress(f"the stored profile {path} predates the index's Ingest profile: measuring anew")
+        profiles = None
     if profiles is None:
         t0 = time.perf_counter()
         progress(f"measuring engine profiles on this machine (first start, a few seconds): {path}")

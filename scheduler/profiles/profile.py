@@ -50,17 +50,25 @@ DEFAULT_PROFILES: Mapping[str, EngineProfile] = {
     "llm": EngineProfile(efficient_batch=8, latency=LatencyModel(5.0, 2.0, 0.05)),
     "embedder": EngineProfile(efficient_batch=32, latency=LatencyModel(2.0, 0.4, 0.0)),
     "index": EngineProfile(efficient_batch=64, latency=LatencyModel(0.5, 0.05, 0.0)),
+    # an op's own profile, where the engine's ops cost differently: adding vectors to a
+    # query's collection is a copy, searching is a scan
+    "index.Ingest": EngineProfile(efficient_batch=64, latency=LatencyModel(0.5, 0.02, 0.0)),
     "keyword": EngineProfile(efficient_batch=64, latency=LatencyModel(0.5, 0.1, 0.0)),
     "reranker": EngineProfile(efficient_batch=32, latency=LatencyModel(2.0, 0.5, 0.0)),
 }
 
 
 def profile_for(
-    profiles: Mapping[str, EngineProfile], engine: str, engine_kind: str
+    profiles: Mapping[str, EngineProfile], engine: str, engine_kind: str, op: str = ""
 ) -> EngineProfile:
-    """The profile of engine ``engine``: by its name, else by its kind, else the defaults."""
-    if engine in profiles:
-        return profiles[engine]
-    if engine_kind in profiles:
-        return profiles[engine_kind]
-    return DEFAULT_PROFILES.get(engine_kind, EngineProfile())
+    """The profile of op ``op`` (an ``Op`` value, e.g. ``"Ingest"``) on engine ``engine``: the
+    op's own (``"index.Ingest"``, by engine name then kind) where there is one, else the
+    engine's by its name, else by its kind; the defaults (``DEFAULT_PROFILES``) likewise."""
+    keys = ([f"{engine}.{op}", f"{engine_kind}.{op}"] if op else []) + [engine, engine_kind]
+    for key in keys:
+        if key in profiles:
+            return profiles[key]
+    for key in keys[1::2]:  # by kind: the constants know no engine names
+        if key in DEFAULT_PROFILES:
+            return DEFAULT_PROFILES[key]
+    return EngineProfile()

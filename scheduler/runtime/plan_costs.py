@@ -87,7 +87,9 @@ class PlanCosts:
     @classmethod
     def of(cls, plan: Plan, profiles: Mapping[str, EngineProfile]) -> PlanCosts:
         cost = {
-            n.id: node_cost_ms(n, profile_for(profiles, n.engine, n.op.info.engine_kind))
+            n.id: node_cost_ms(
+                n, profile_for(profiles, n.engine, n.op.info.engine_kind, n.op.value)
+            )
             for n in plan.nodes
         }
         remaining: dict[str, float] = {}

@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from ayo.apps import APPS
 from ayo.passes import CompileContext, compile_workflow
-from ayo.scheduler import EngineProfile, ExecutionError, GraphRun, PortType, Prompt
+from ayo.scheduler import EngineProfile, ExecutionError, GraphRun, LatencyModel, PortType, Prompt
 from ayo.scheduler.sim.fakes import FakeEmbedder, FakeLLM, FakeReranker, fake_engines
 from ayo.workflow import (
     TEMP,
@@ -90,16 +90,23 @@ def test_stage_decomposition_embeds_in_micro_batches() -> None:
     inputs = {"question": "rivers", "documents": DOCS}
     shape = InputShape.of(inputs)
     chunks = sum(-(-len(d.split()) // 64) for d in DOCS)
-    ctx = CompileContext(profiles={"embedder": EngineProfile(efficient_batch=8)}, shape=shape)
+    # free batches: as many micro-batches of at least 8 as the estimated chunk count allows
+    free = LatencyModel(0.0, 1.0)
+    profiles = {"embedder": EngineProfile(efficient_batch=8, latency=free),
+                "index": EngineProfile(latency=free)}  # fmt: skip
+    ctx = CompileContext(profiles=profiles, shape=shape)
     calls = []
+    micro = 0
     for optimize in (False, True):
         plan = compile_workflow(APPS["naive_rag"].workflow(shape), ctx, optimize=optimize)
         engines = fake_engines()
         asyncio.run(GraphRun(plan, inputs, engines).run())
         calls.append((engines["embedder"].calls, engines["index"].calls))
+        micro = plan.node("indexing.embed").config.micro_batch
     # unoptimized: one Embed of all chunks, one of the question, one Ingest, one Search
     assert calls[0] == (2, 2)
-    batches = -(-chunks // 8)
+    assert 8 <= micro < chunks
+    batches = -(-chunks // micro)
     assert calls[1] == (batches + 1, batches + 1)  # an Ingest per micro-batch, then the Search
 
 

@@ -19,9 +19,11 @@ from ayo.scheduler.ir.configs import micro_batch
 from ayo.workflow import InputShape, lower
 
 GOLDEN = Path(__file__).parent / "golden"
+# naive_rag and advanced_rag as the paper's document QA (128 documents, ~512 passages: enough
+# for stage decomposition to pay under the default profiles), contextual_rag's few documents
 SHAPES = {
-    "naive_rag": InputShape.from_sizes(question=1, documents=16),
-    "advanced_rag": InputShape.from_sizes(question=1, documents=16),
+    "naive_rag": InputShape.from_sizes(question=1, documents=128),
+    "advanced_rag": InputShape.from_sizes(question=1, documents=128),
     "search_gen": InputShape.from_sizes(question=1),
     "contextual_rag": InputShape.from_sizes(question=1, documents=16),
 }

@@ -119,6 +119,7 @@ async def test_restart_keeps_documents_and_embeds_nothing(tmp_path: Path) -> Non
         "llm",
         "embedder",
         "index",
+        "index.Ingest",
         "keyword",
         "reranker",
     }

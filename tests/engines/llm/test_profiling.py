@@ -61,7 +61,7 @@ async def test_a_first_start_measures_every_engine_and_a_later_one_loads(tiny_ll
     """``ensure_profiles`` on an App of the tiny LLM and the fake retrieval engines: the first
     call measures each kind (progress reported), stores the file and gives the App the
     profiles its plans and critical-path costs then read; the next call only loads it."""
-    from ayo import profiling
+    from ayo.runtime import profiling
     from ayo.runtime.app import App
     from ayo.scheduler.sim.fakes import fake_engines
 
@@ -82,7 +82,7 @@ async def test_a_first_start_measures_every_engine_and_a_later_one_loads(tiny_ll
         finally:
             profiling.QUICK.clear()
             profiling.QUICK.update(original)
-        assert set(first) == {"llm", "embedder", "index", "keyword", "reranker"}
+        assert set(first) == {"llm", "embedder", "index", "index.Ingest", "keyword", "reranker"}
         assert path.exists() and app.profiles == first
         assert sum(s.startswith("profiling engine ") for s in said) == 5
         plan = App.fake().plan("naive_rag", {"question": "why?"})  # the tiny model has no tokenizer
