@@ -7,7 +7,8 @@ deletion, so queueing, withdrawing and taking a request cost O(log n). Requests 
 
 - ``fcfs``: one heap by ``seq``.
 - ``critical_path``: aging lowers every waiting request's key by the same amount per millisecond,
-  so a request's key is fixed when it arrives (``query_remaining_ms + aging * enqueued_at``); a
+  so a request's key is fixed when it arrives (``query_remaining_ms + slack + aging *
+  enqueued_at``); a
   request with a deadline also waits in a heap by the time it becomes urgent, and moves to the
   urgent heap (earliest deadline first) when that time comes.
 - ``depth``: a bucket per query (a heap by greatest depth, then arrival), buckets in a heap by
@@ -171,15 +172,14 @@ class FcfsQueue(PendingQueue):
 class CriticalPathQueue(PendingQueue):
     """The ``critical_path`` order (:class:`.batching.CriticalPathOrder`), incrementally."""
 
-    def __init__(self, aging_ms_per_ms: float = 0.5, slack_epsilon_ms: float = 1e-6) -> None:
+    def __init__(self, aging_ms_per_ms: float = 0.5) -> None:
         super().__init__()
         self.aging = aging_ms_per_ms
-        self.epsilon = slack_epsilon_ms
         self._reset()
 
     def _reset(self) -> None:
-        self._normal: list[tuple] = []  # (off path, aged key, -remaining, seq, r)
-        self._urgent: list[tuple] = []  # (deadline, off path, aged key, -remaining, seq, r)
+        self._normal: list[tuple] = []  # (aged key, -remaining, seq, r)
+        self._urgent: list[tuple] = []  # (deadline, aged key, -remaining, seq, r)
         self._watch: list[tuple] = []  # (urgent at, seq, normal key): requests with a deadline
         self._moved: set[int] = set()  # ids of watched requests now in the urgent heap
 
@@ -189,7 +189,8 @@ class CriticalPathQueue(PendingQueue):
 
     def _add(self, r: PendingRequest) -> None:
         query, own = r.query_remaining_ms, r.remaining_ms
-        key = (query - own > self.epsilon, query + self.aging * r.enqueued_at * 1e3, -own, r.seq, r)
+        slack = max(0.0, query - own)
+        key = (query + slack + self.aging * r.enqueued_at * 1e3, -own, r.seq, r)
         heapq.heappush(self._normal, key)
         if r.deadline is not None:
             heapq.heappush(self._watch, (r.deadline - own / 1e3, r.seq, key))

@@ -113,6 +113,20 @@ def test_critical_path_aging_prevents_starvation():
     assert order([long_job, short_job], 0.1)[0] is short_job
 
 
+def test_critical_path_work_with_slack_waits_only_by_its_slack():
+    """A request off its query's path (the question's embedding while the query's passages are
+    embedded) ranks as its query with the slack added: behind its own query's path and behind
+    work that arrived with it, but not behind every later query's path (it once starved so)."""
+    order = CriticalPathOrder(aging_ms_per_ms=0.5)
+    path = req(1, "passages", remaining=1000.0, query_remaining=1000.0, enqueued_at=0.0, seq=0)
+    question = req(1, "question", remaining=10.0, query_remaining=1000.0, enqueued_at=0.0, seq=1)
+    soon = req(2, "soon", remaining=900.0, query_remaining=900.0, enqueued_at=1.0, seq=2)
+    later = req(3, "later", remaining=900.0, query_remaining=900.0, enqueued_at=5.0, seq=3)
+    ranked = [r.node_id for r in order([path, question, soon, later], 6.0)]
+    # keys: passages 1000, question 1000 + 990, soon 900 + 500, later 900 + 2500
+    assert ranked == ["passages", "soon", "question", "later"]
+
+
 def test_critical_path_deadline_first():
     order = CriticalPathOrder()
     relaxed = req(1, "relaxed", remaining=5.0, seq=0)
