@@ -15,6 +15,7 @@ steps (its text is the fake LLM's, spread over them); background prefills fill i
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import selectors
 from collections.abc import AsyncIterator, Coroutine, Iterable, Mapping, Sequence
 from typing import Any, TypeVar
@@ -116,6 +117,10 @@ class SimLLM(LocalEngine):
         self.tokenizer = self.fake.tokenizer
         self._waiting: list[_Work] = []
         self._held: dict[int, list[int]] = {}  # background tokens per sequence
+        # decodes under way: between two of its steps a decode is not idle work's gap (the
+        # real engine keeps a decoding sequence running; only its client's turn is simulated)
+        self._decoding = 0
+        self._queued: asyncio.Event | None = None  # set when work is queued or a decode ends
         self._stepper: asyncio.Task[None] | None = None
         self.order: StepOrder | None = None
         self.steps = 0
@@ -133,6 +138,8 @@ class SimLLM(LocalEngine):
         return self.fake.open_sequences
 
     def _wake(self) -> None:
+        if self._queued is not None:
+            self._queued.set()
         if self._stepper is None or self._stepper.done():
             self._stepper = asyncio.get_running_loop().create_task(self._run_steps())
 
@@ -143,9 +150,16 @@ class SimLLM(LocalEngine):
         await work.future
 
     async def _run_steps(self) -> None:
-        while self._waiting or self._held:
-            if not self._waiting:  # idle: background tokens go in after the grace period
-                await asyncio.sleep(IDLE_GRACE_S)
+        self._queued = self._queued or asyncio.Event()
+        while self._waiting or self._held or self._decoding:
+            if not self._waiting and self._decoding:  # a decode's next step comes at once
+                self._queued.clear()
+                await self._queued.wait()
+                continue
+            if not self._waiting:  # idle: background tokens go in after the grace period,
+                self._queued.clear()  # unless work comes first (as the real engine's wait)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._queued.wait(), IDLE_GRACE_S)
                 if self._waiting or not self._held:
                     continue
                 held, self._held = self._held, {}
@@ -207,12 +221,17 @@ class SimLLM(LocalEngine):
         pieces = [text[i : i + CHARS_PER_TOKEN] for i in range(0, len(text), CHARS_PER_TOKEN)]
         steps = max(params.max_tokens, len(pieces))
         emitted = 0
-        for step in range(1, steps + 1):
-            await self._step(0, info)
-            due = len(pieces) * step // steps
-            while emitted < due:
-                yield DecodePiece(emitted, pieces[emitted], emitted)
-                emitted += 1
+        self._decoding += 1
+        try:
+            for step in range(1, steps + 1):
+                await self._step(0, info)
+                due = len(pieces) * step // steps
+                while emitted < due:
+                    yield DecodePiece(emitted, pieces[emitted], emitted)
+                    emitted += 1
+        finally:
+            self._decoding -= 1
+            self._wake()
 
     async def score(self, seq: int, candidates: list[str], *, info: Any = None) -> list[float]:
         """One step prefilling every candidate (its tokens) after the sequence."""

@@ -90,6 +90,31 @@ def test_sim_llm_shares_steps_between_running_sequences() -> None:
     assert text == FakeLLM().answer("why do stars shine")[:25]  # the fake's first 5 pieces
 
 
+def test_sim_llm_decodes_without_gaps_while_background_work_waits() -> None:
+    """A decode's steps follow each other: held background tokens of another sequence wait
+    for the LLM to be idle, they never put an idle grace period between two decode steps (the
+    real engine keeps decoding sequences running)."""
+    latency = LatencyModel(fixed_ms=10.0, per_item_ms=1.0, per_token_ms=0.5)
+    llm = SimLLM(latency)
+    ids = llm.tokenizer.encode("why do stars shine")
+
+    async def main() -> tuple[float, float, int]:
+        loop = asyncio.get_running_loop()
+        seq, other = await llm.open(), await llm.open()
+        await llm.prefill(seq, ids)
+        llm.prefill_when_idle(other, ids)
+        t0 = loop.time()
+        await _join(llm.decode(seq, SamplingParams(max_tokens=20)))
+        decoded = loop.time() - t0
+        while llm.background_steps == 0:  # then the LLM is idle: the held tokens go in
+            await asyncio.sleep(1e-3)
+        return decoded, loop.time() - t0, llm.background_steps
+
+    decode_s, _, background = run_virtual(main())
+    assert decode_s == pytest.approx(20 * (10 + 1) / 1e3)  # 20 steps of one sequence, no gaps
+    assert background == 1
+
+
 async def _join(stream) -> str:
     return "".join([p.text async for p in stream])
 
