@@ -15,14 +15,14 @@ from ayo.workflow import (
 )
 
 from .base import AppTemplate
-from .rag import ANSWER, ANSWERING
+from .rag import ANSWER, ANSWER_TOKENS, answering
 
 CONTEXT = Prompt.chat(
     "Write one short sentence that says what this passage is about.\nPassage: {chunk}"
 )
 
 
-def build_contextual_rag(shape: InputShape) -> Workflow:
+def build_contextual_rag(shape: InputShape, answer_tokens: int = ANSWER_TOKENS) -> Workflow:
     wf = WorkflowBuilder("contextual_rag")
     question = wf.input("question")
     documents = wf.input("documents", PortType.TEXT_LIST)
@@ -36,7 +36,7 @@ def build_contextual_rag(shape: InputShape) -> Workflow:
             "synthesis",
             ANSWER,
             {"question": question, "context": best["docs"]},
-            **ANSWERING,
+            **answering(answer_tokens),
         )
     )
     wf.output("answer", answer["answer"])

@@ -41,7 +41,15 @@ REFINE = Prompt.chat(
 STOP = ("\n\n", "\nQuestion:", "\nContext:")
 MAX_SENTENCES = 2
 ANSWER_TOKENS = 96  # a ceiling: answers end at two sentences first
-ANSWERING = {"max_tokens": ANSWER_TOKENS, "stop": STOP, "max_sentences": MAX_SENTENCES}
+
+
+def answering(tokens: int = ANSWER_TOKENS) -> dict[str, object]:
+    """How every answer of the built-in apps is decoded: its stops, at most ``tokens``."""
+    if tokens < 1:
+        raise ValueError(f"answer_tokens must be >= 1, got {tokens}")
+    return {"max_tokens": tokens, "stop": STOP, "max_sentences": MAX_SENTENCES}
+
+
 NAIVE_K = 2  # passages one answer reads: measured better than 3 for the 135M model
 # advanced_rag reranks the first 12 fused candidates: on the quality questions, reranking 8,
 # 12, 16 or 24 of them put the gold article in the top 3 equally often, at a fraction of the
@@ -57,7 +65,7 @@ def _collection(wf: WorkflowBuilder, shape: InputShape) -> str | PortRef:
     return wf.add(Indexing("indexing", documents=docs, collection=TEMP))["collection"]
 
 
-def build_naive_rag(shape: InputShape) -> Workflow:
+def build_naive_rag(shape: InputShape, answer_tokens: int = ANSWER_TOKENS) -> Workflow:
     wf = WorkflowBuilder("naive_rag")
     question = wf.input("question")
     collection = _collection(wf, shape)
@@ -67,7 +75,7 @@ def build_naive_rag(shape: InputShape) -> Workflow:
             "synthesis",
             ANSWER,
             {"question": question, "context": hits["docs"]},
-            **ANSWERING,
+            **answering(answer_tokens),
         )
     )
     wf.output("answer", answer["answer"])
@@ -80,7 +88,7 @@ def _ids(wf: WorkflowBuilder, name: str, docs: PortRef) -> PortRef:
     return wf.add(Map(name, "doc_ids", {"docs": docs}))["value"]
 
 
-def build_advanced_rag(shape: InputShape) -> Workflow:
+def build_advanced_rag(shape: InputShape, answer_tokens: int = ANSWER_TOKENS) -> Workflow:
     wf = WorkflowBuilder("advanced_rag")
     question = wf.input("question")
     collection = _collection(wf, shape)
@@ -101,7 +109,7 @@ def build_advanced_rag(shape: InputShape) -> Workflow:
             mode="refine",
             steps=3,
             refine_prompt=REFINE,
-            **ANSWERING,
+            **answering(answer_tokens),
         )
     )
     wf.output("answer", answer["answer"])

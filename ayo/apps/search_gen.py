@@ -16,7 +16,7 @@ from ayo.workflow import (
 )
 
 from .base import AppTemplate
-from .rag import ANSWERING
+from .rag import ANSWER_TOKENS, answering
 
 # The judge's answer is never decoded: Judge compares the probabilities of " question" and
 # " chat" as the next word (one prefill each). A few labelled examples as plain text, not a chat
@@ -40,7 +40,7 @@ ANSWER = Prompt.chat(
 )
 
 
-def build_search_gen(shape: InputShape) -> Workflow:
+def build_search_gen(shape: InputShape, answer_tokens: int = ANSWER_TOKENS) -> Workflow:
     wf = WorkflowBuilder("search_gen")
     question = wf.input("question")
     judge = wf.add(
@@ -64,7 +64,7 @@ def build_search_gen(shape: InputShape) -> Workflow:
             ANSWER,
             {"question": question, "context": context["value"]},
             llm="llm",
-            **ANSWERING,
+            **answering(answer_tokens),
         )
     )
     wf.output("answer", answer["answer"])

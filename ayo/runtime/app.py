@@ -19,13 +19,14 @@ import contextlib
 import itertools
 import logging
 import time
-from collections.abc import AsyncIterator, Callable, Coroutine, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ayo.apps import APPS, AppTemplate
 from ayo.apps.completion import COMPLETION, EMBEDDING
 from ayo.cluster import Placement, place
+from ayo.passes import Optimize, pass_set
 from ayo.runtime.engine_set import EngineSet, SchedulerConfig
 from ayo.runtime.metrics import AppMetrics
 from ayo.runtime.plan_cache import PlanCache
@@ -45,6 +46,11 @@ if TYPE_CHECKING:
 _ANSWER = {COMPLETION.name: "completion"}  # the output a workflow streams (default "answer")
 
 log = logging.getLogger(__name__)
+
+
+def _passes(optimize: bool | Iterable[str]) -> Optimize:
+    """``optimize`` as a plan-cache key: a bool as it is, pass names as a checked frozenset."""
+    return optimize if isinstance(optimize, bool) else pass_set(optimize)
 
 
 @dataclass(frozen=True)
@@ -172,9 +178,13 @@ class App:
             self._plans = PlanCache(self.profiles, tokenizer)
         return self._plans
 
-    def plan(self, name: str, inputs: Mapping[str, Any], optimize: bool = True) -> Plan:
+    def plan(
+        self, name: str, inputs: Mapping[str, Any], optimize: bool | Iterable[str] = True
+    ) -> Plan:
         """The plan a query of workflow ``name`` with ``inputs`` runs (from the plan cache)."""
-        return self.plans.get(self._workflow(name), InputShape.of(inputs), optimize=optimize)
+        return self.plans.get(
+            self._workflow(name), InputShape.of(inputs), optimize=_passes(optimize)
+        )
 
     # -- lifecycle ---------------------------------------------------------------------------
     async def start(self) -> None:
@@ -217,7 +227,7 @@ class App:
         name: str,
         inputs: Mapping[str, Any],
         *,
-        optimize: bool = True,
+        optimize: bool | Iterable[str] = True,
         deadline: float | None = None,
         wait: bool = True,
     ) -> Coroutine[Any, Any, QueryResult]:
@@ -226,16 +236,20 @@ class App:
         adds no frame to every resume of the query).
 
         Args:
-            optimize: run the optimized plan (else the module-by-module one).
+            optimize: run the optimized plan (``False``: the module-by-module one; pass names,
+                e.g. ``{"prune", "split"}``: a plan optimized by those alone, see
+                ``ayo.passes.PASSES``).
             deadline: seconds from now; past it the query fails with ``DeadlineExceeded``.
             wait: when ``max_queries`` queries are in flight, wait for a slot (else raise
                 ``QueueFull`` at once).
 
         Raises:
             KeyError: unknown workflow. ``PlanError``: inputs that do not fit it.
+            ``ValueError``: an unknown pass name.
             ``ExecutionError``: a primitive failed (named in the message, cause chained).
         """
-        return self._run(name, inputs, optimize, deadline, None, wait)  # awaited by the caller
+        # awaited by the caller
+        return self._run(name, inputs, _passes(optimize), deadline, None, wait)
 
     async def complete(
         self,
@@ -259,7 +273,7 @@ class App:
         name: str,
         inputs: Mapping[str, Any],
         *,
-        optimize: bool = True,
+        optimize: bool | Iterable[str] = True,
         deadline: float | None = None,
         wait: bool = True,
     ) -> AsyncIterator[StreamEvent]:
@@ -267,7 +281,7 @@ class App:
         Leaving the loop early cancels the query (and releases its engine state)."""
         pieces: asyncio.Queue[str | None] = asyncio.Queue()
         task = asyncio.ensure_future(
-            self._run(name, inputs, optimize, deadline, pieces.put_nowait, wait)
+            self._run(name, inputs, _passes(optimize), deadline, pieces.put_nowait, wait)
         )
         task.add_done_callback(lambda _: pieces.put_nowait(None))
         try:
@@ -284,7 +298,7 @@ class App:
         self,
         name: str,
         inputs: Mapping[str, Any],
-        optimize: bool,
+        optimize: Optimize,
         deadline: float | None,
         on_piece: Callable[[str], None] | None,
         wait: bool,

@@ -8,7 +8,7 @@ from collections.abc import Hashable, Mapping
 from dataclasses import dataclass
 
 from ayo.apps.base import AppTemplate
-from ayo.passes import CompileContext, compile_workflow
+from ayo.passes import CompileContext, Optimize, compile_workflow
 from ayo.scheduler import DEFAULT_PROFILES, EngineProfile, Plan, RegexTokenizer, Tokenizer
 from ayo.workflow import InputShape, Workflow
 
@@ -28,7 +28,7 @@ class CacheStats:
 
 
 class PlanCache:
-    """Compiles each (workflow or app, optimize flag, size bucket) once; later lookups return the
+    """Compiles each (workflow or app, passes, size bucket) once; later lookups return the
     same immutable ``Plan``. The engine profiles and tokenizer are this cache's fixed config.
     Least recently used entries beyond ``max_entries`` are dropped."""
 
@@ -52,7 +52,10 @@ class PlanCache:
         self._misses = 0
 
     def for_inputs(
-        self, target: AppTemplate | Workflow, inputs: Mapping[str, object], optimize: bool = True
+        self,
+        target: AppTemplate | Workflow,
+        inputs: Mapping[str, object],
+        optimize: Optimize = True,
     ) -> Plan:
         """The plan for a query with ``inputs``: :meth:`get` with ``InputShape.of(inputs)``,
         minus building the shape when inputs of these names and sizes were seen before."""
@@ -78,12 +81,16 @@ class PlanCache:
         )
         return plan
 
-    def _key(self, target: AppTemplate | Workflow, bucket: InputShape, optimize: bool) -> Hashable:
-        ident = ("app", target.name) if isinstance(target, AppTemplate) else target
-        # the bucket's sizes, not the InputShape: a tuple hashes without a Python call
-        return (ident, self._config_key, optimize, bucket.sizes)
+    def _key(
+        self, target: AppTemplate | Workflow, bucket: InputShape, optimize: Optimize
+    ) -> Hashable:
+        # an app by itself (a frozen template): two variants of one name are two plans; the
+        # bucket's sizes, not the InputShape: a tuple hashes without a Python call
+        return (target, self._config_key, optimize, bucket.sizes)
 
-    def get(self, target: AppTemplate | Workflow, shape: InputShape, optimize: bool = True) -> Plan:
+    def get(
+        self, target: AppTemplate | Workflow, shape: InputShape, optimize: Optimize = True
+    ) -> Plan:
         """The plan for ``target`` on queries of ``shape``."""
         bucket = shape.bucket()
         key = self._key(target, bucket, optimize)

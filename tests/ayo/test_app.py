@@ -180,3 +180,37 @@ async def test_a_completion_is_a_query_with_a_trace_and_shares_the_admission() -
         metrics = app.metrics.exposition().decode()
     assert 'ayo_queries_total{app="@completion"} 2.0' in metrics
     assert 'op="Generate"' in metrics
+
+
+async def test_an_app_variant_and_a_query_of_named_passes() -> None:
+    """``with_options`` builds an app with its answers capped (the benchmarks' workloads): the
+    variant's plans are its own in the plan cache; ``optimize`` may name the passes to run."""
+    from ayo.apps import APPS
+    from ayo.runtime.plan_cache import PlanCache
+    from ayo.scheduler import Op
+
+    short = APPS["naive_rag"].with_options(answer_tokens=3)
+    assert short.name == "naive_rag" and short != APPS["naive_rag"]
+    inputs = {"question": "What is Ayo?"}
+    cache = PlanCache()
+    caps = {
+        target.options: next(
+            n.config.params.max_tokens
+            for n in cache.for_inputs(target, inputs).nodes
+            if n.op == Op.DECODE
+        )
+        for target in (APPS["naive_rag"], short)
+    }
+    assert caps == {(): 96, (("answer_tokens", 3),): 3} and cache.stats.entries == 2
+    async with App.fake() as app:
+        app.add_workflow(short)
+        whole = await app.run("naive_rag", inputs)
+        pruned = await app.run("naive_rag", inputs, optimize=["prune"])
+        assert pruned.outputs == whole.outputs
+        assert {s.node_id for s in pruned.trace.spans} >= {"synthesis.decode"}
+        with pytest.raises(ValueError, match="unknown passes \\['fast'\\]"):
+            await app.run("naive_rag", inputs, optimize={"fast"})
+    with pytest.raises(TypeError, match="answer_token"):
+        APPS["naive_rag"].with_options(answer_token=3)
+    with pytest.raises(ValueError, match="answer_tokens must be >= 1, got 0"):
+        APPS["advanced_rag"].with_options(answer_tokens=0)

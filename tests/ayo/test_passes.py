@@ -3,7 +3,15 @@
 import pytest
 
 from ayo.apps import APPS
-from ayo.passes import DEFAULT_PASSES, CompileContext, Pass, PassManager, compile_workflow
+from ayo.passes import (
+    DEFAULT_PASSES,
+    PASSES,
+    CompileContext,
+    Pass,
+    PassManager,
+    compile_workflow,
+    pass_set,
+)
 from ayo.passes.stage import micro_batches
 from ayo.scheduler import EngineProfile, Op, PassError, StreamError, plan_to_json
 from ayo.workflow import InputShape, lower
@@ -123,3 +131,20 @@ def test_passes_are_pure() -> None:
     for p in DEFAULT_PASSES:
         p(lowered, ctx)
     assert plan_to_json(lowered) == snapshot
+
+
+def test_named_passes_compile_an_ablation() -> None:
+    """``optimize`` names the passes to run: none is module by module, all four is the default
+    plan, one alone does only its rewrite; an unknown name is refused with the known ones."""
+    wf = APPS["advanced_rag"].workflow(SHAPE)
+    ctx = CompileContext(shape=SHAPE)
+    assert compile_workflow(wf, ctx, optimize=frozenset()) == compile_workflow(wf, ctx, False)
+    assert compile_workflow(wf, ctx, optimize=frozenset(PASSES)) == compile_workflow(wf, ctx)
+    unoptimized = compile_workflow(wf, ctx, optimize=False)
+    split = compile_workflow(wf, ctx, optimize=frozenset({"split"}))
+    assert "PartialPrefill" in ops(split) and "PartialDecode" not in ops(split)
+    assert len(split.edges) > len(unoptimized.edges)  # the control edges are still there
+    pipelined = compile_workflow(wf, ctx, optimize=frozenset({"pipeline"}))
+    assert "PartialDecode" in ops(pipelined) and "PartialPrefill" not in ops(pipelined)
+    with pytest.raises(ValueError, match="unknown passes \\['fuse'\\]; the passes are prune"):
+        pass_set(["prune", "fuse"])
