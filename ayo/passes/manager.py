@@ -26,14 +26,21 @@ logger = logging.getLogger(__name__)
 @dataclass(frozen=True)
 class CompileContext:
     """What passes may read: engine profiles (by engine name or kind), the tokenizer used to
-    estimate prompt lengths at plan time, and the shape of the query's inputs."""
+    estimate prompt lengths at plan time, the shape of the query's inputs, and which engine
+    names compute on one resource (``resources``: name -> a shared key, e.g. the judge on the
+    LLM; a name absent is its own)."""
 
     profiles: Mapping[str, EngineProfile] = field(default_factory=lambda: dict(DEFAULT_PROFILES))
     tokenizer: Tokenizer = field(default_factory=RegexTokenizer, compare=False, hash=False)
     shape: InputShape = field(default_factory=InputShape)
+    resources: Mapping[str, str] = field(default_factory=dict, compare=False, hash=False)
 
     def profile(self, node: Node) -> EngineProfile:
         return profile_for(self.profiles, node.engine, node.op.info.engine_kind, node.op.value)
+
+    def resource(self, engine: str) -> str:
+        """The resource engine ``engine`` computes on."""
+        return self.resources.get(engine, engine)
 
 
 NodeRewrite = Callable[[Plan, Node, CompileContext], "Plan | None"]

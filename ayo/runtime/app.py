@@ -150,6 +150,7 @@ class App:
                 f"engine {name!r}: kind= goes with placement=; an engine declares its own"
             )
         self.engines.add(name, engine, config=config)
+        self._plans = None  # plans know which engines share a resource
 
     def add_workflow(self, workflow: AppTemplate | Workflow) -> None:
         """Register a workflow (or an app template) under its name."""
@@ -175,7 +176,7 @@ class App:
         if self._plans is None:
             has_llm = "llm" in self.engines.kinds()
             tokenizer = self.engines.instances("llm")[0].tokenizer if has_llm else RegexTokenizer()
-            self._plans = PlanCache(self.profiles, tokenizer)
+            self._plans = PlanCache(self.profiles, tokenizer, resources=self.engines.resources())
         return self._plans
 
     def plan(

@@ -141,6 +141,15 @@ class EngineSet:
     def instances(self, name: str) -> list[Any]:
         return self._entries[name].instances
 
+    def resources(self) -> dict[str, str]:
+        """Engine name -> the name of the first engine registered with the same instances
+        (``judge`` -> ``llm`` when the judge is the LLM): what computes on one resource."""
+        first: dict[tuple[int, ...], str] = {}
+        return {
+            name: first.setdefault(tuple(id(i) for i in e.instances), name)
+            for name, e in self._entries.items()
+        }
+
     def build(self) -> None:
         """Create schedulers and proxies and start the dispatchers (needs a running loop)."""
         if self.started:

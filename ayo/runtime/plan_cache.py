@@ -29,7 +29,8 @@ class CacheStats:
 
 class PlanCache:
     """Compiles each (workflow or app, passes, size bucket) once; later lookups return the
-    same immutable ``Plan``. The engine profiles and tokenizer are this cache's fixed config.
+    same immutable ``Plan``. The engine profiles, the tokenizer and which engine names share a
+    resource (``resources``, see ``CompileContext``) are this cache's fixed config.
     Least recently used entries beyond ``max_entries`` are dropped."""
 
     def __init__(
@@ -37,14 +38,18 @@ class PlanCache:
         profiles: Mapping[str, EngineProfile] | None = None,
         tokenizer: Tokenizer | None = None,
         max_entries: int = 1024,
+        resources: Mapping[str, str] | None = None,
     ) -> None:
         if max_entries < 1:
             raise ValueError(f"max_entries must be >= 1, got {max_entries}")
         self.profiles = dict(profiles if profiles is not None else DEFAULT_PROFILES)
         self.tokenizer = tokenizer or RegexTokenizer()
         self.max_entries = max_entries
+        self.resources = dict(resources or {})
         # The config is fixed per cache; its hash stands for it in every key.
-        self._config_key = hash(tuple(sorted(self.profiles.items())))
+        self._config_key = hash(
+            (tuple(sorted(self.profiles.items())), tuple(sorted(self.resources.items())))
+        )
         self._plans: OrderedDict[Hashable, Plan] = OrderedDict()
         # (id(target), optimize, raw input sizes) -> (target, its key in _plans)
         self._keys: dict[tuple, tuple] = {}
@@ -101,7 +106,7 @@ class PlanCache:
             return plan
         self._misses += 1
         workflow = target.workflow(bucket) if isinstance(target, AppTemplate) else target
-        ctx = CompileContext(self.profiles, self.tokenizer, bucket)
+        ctx = CompileContext(self.profiles, self.tokenizer, bucket, self.resources)
         plan = compile_workflow(workflow, ctx, optimize=optimize)
         self._plans[key] = plan
         if len(self._plans) > self.max_entries:

@@ -16,11 +16,11 @@ from ..profiles.profile import EngineProfile, profile_for
 from .handlers import CONTROL_HANDLERS
 
 
-def node_cost_ms(node: Node, profile: EngineProfile) -> float:
+def node_cost_ms(node: Node, profile: EngineProfile, items: int = 1) -> float:
     """Estimated milliseconds of one primitive alone on its engine (0 for control ops).
 
     A decode costs ``max_tokens`` steps of one item; a prefill one item plus its prompt's tokens
-    (template length / 4 plus ``placeholder_tokens`` per placeholder); others one item.
+    (template length / 4 plus ``placeholder_tokens`` per placeholder); others ``items`` items.
     """
     if not node.op.info.engine_kind:
         return 0.0
@@ -32,7 +32,7 @@ def node_cost_ms(node: Node, profile: EngineProfile) -> float:
     if prompt is not None:
         tokens = len(prompt.template) // 4 + profile.placeholder_tokens * len(prompt.placeholders)
         return latency.estimate_ms(1, tokens)
-    return latency.estimate_ms(1)
+    return latency.estimate_ms(items)
 
 
 class NodeFacts:

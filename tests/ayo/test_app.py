@@ -214,3 +214,15 @@ async def test_an_app_variant_and_a_query_of_named_passes() -> None:
         APPS["naive_rag"].with_options(answer_token=3)
     with pytest.raises(ValueError, match="answer_tokens must be >= 1, got 0"):
         APPS["advanced_rag"].with_options(answer_tokens=0)
+
+
+def test_engine_names_on_one_instance_share_a_resource_in_the_plans() -> None:
+    """The judge registered as the LLM itself computes on the LLM: the planner is told so
+    (the prefill split counts the judge's work as the LLM's)."""
+    llm = FakeLLM()
+    app = App()
+    app.add_engine("llm", llm)
+    app.add_engine("judge", llm)
+    app.add_engine("other", [FakeLLM(), FakeLLM()])
+    assert app.engines.resources() == {"llm": "llm", "judge": "llm", "other": "other"}
+    assert app.plans.resources == app.engines.resources()

@@ -8,7 +8,16 @@ import asyncio
 import pytest
 
 from ayo.passes import CompileContext, compile_workflow
-from ayo.scheduler import Doc, GraphRun, Op, PromptError, RegexTokenizer
+from ayo.scheduler import (
+    DEFAULT_PROFILES,
+    Doc,
+    EngineProfile,
+    GraphRun,
+    LatencyModel,
+    Op,
+    PromptError,
+    RegexTokenizer,
+)
 from ayo.scheduler.ir.functions import get_map
 from ayo.scheduler.ir.prompt import Prompt
 from ayo.scheduler.sim.fakes import FakeLLM, fake_engines
@@ -54,7 +63,9 @@ def _rag(prompt: Prompt):
 
 def test_plans_carry_the_rendered_prompt_and_the_split_keeps_a_prefix():
     prompt = Prompt.chat("Question: {question}\nContext: {context}", system="Use the context.")
-    ctx = CompileContext(tokenizer=ChatTokenizer())
+    # a retrieval slow enough that the LLM has idle time for the early part
+    slow = EngineProfile(latency=LatencyModel(50.0, 1.0))
+    ctx = CompileContext({**DEFAULT_PROFILES, "embedder": slow}, tokenizer=ChatTokenizer())
     for optimize in (False, True):
         plan = compile_workflow(_rag(prompt), ctx, optimize=optimize)
         prompts = [n.config.prompt_or_none for n in plan.nodes if n.config.prompt_or_none]

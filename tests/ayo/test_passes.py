@@ -12,6 +12,7 @@ from ayo.passes import (
     compile_workflow,
     pass_set,
 )
+from ayo.passes.prefill_split import idle_window_ms
 from ayo.passes.stage import micro_batches
 from ayo.scheduler import EngineProfile, Op, PassError, StreamError, plan_to_json
 from ayo.workflow import InputShape, lower
@@ -148,3 +149,19 @@ def test_named_passes_compile_an_ablation() -> None:
     assert "PartialDecode" in ops(pipelined) and "PartialPrefill" not in ops(pipelined)
     with pytest.raises(ValueError, match="unknown passes \\['fuse'\\]; the passes are prune"):
         pass_set(["prune", "fuse"])
+
+
+def test_prefill_split_needs_idle_llm_time_before_the_late_inputs() -> None:
+    """search_gen's answer waits for its judge (an LLM call) and a keyword search of under a
+    millisecond: on an LLM that is also the judge there is no idle time for the early part, so
+    no split; on a judge of its own the answer's LLM is idle while the judge works."""
+    shape = InputShape.from_sizes(question=1)
+    wf = APPS["search_gen"].workflow(shape)
+    shared = compile_workflow(wf, CompileContext(shape=shape, resources={"judge": "llm"}))
+    own = compile_workflow(wf, CompileContext(shape=shape))
+    assert "PartialPrefill" not in ops(shared) and "Prefill" in ops(shared)
+    assert ops(own).count("PartialPrefill") == 1
+    window = idle_window_ms(own, {"context.coalesce"}, "llm", CompileContext(shape=shape))
+    assert window > idle_window_ms(
+        own, {"context.coalesce"}, "llm", CompileContext(shape=shape, resources={"judge": "llm"})
+    )

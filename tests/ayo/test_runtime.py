@@ -204,9 +204,14 @@ class SlowLLM(FakeLLM):
         super().__init__(delay_s=0.05)
 
 
+# The planner's view of these tests' engines: retrieval slow enough that the LLM has idle time
+# for the early part of a prompt (the prefill split applies)
+SLOW_RETRIEVAL = {"embedder": EngineProfile(latency=LatencyModel(50.0, 1.0))}
+
+
 def _slow_app() -> tuple[App, dict]:
     engines = {**fake_engines(), "llm": SlowLLM()}
-    app = App()
+    app = App(profiles=SLOW_RETRIEVAL)
     for name, engine in engines.items():
         app.add_engine(name, engine)
     return app, engines
@@ -268,7 +273,7 @@ class FailingOpenLLM(FakeLLM):
 
 def _app_with(**engines: object) -> tuple[App, dict]:
     engines = {**fake_engines(), **engines}
-    app = App()
+    app = App(profiles=SLOW_RETRIEVAL)
     for name, engine in engines.items():
         app.add_engine(name, engine)
     return app, engines

@@ -92,7 +92,8 @@ async def test_app_sends_partial_prefills_to_the_background(monkeypatch) -> None
         original(self, seq, tokens, info=info)
 
     monkeypatch.setattr(BatchedLLM, "prefill_when_idle", spy)
-    inputs = {"question": "why is the sky blue"}
+    # documents to index: the LLM is idle long enough for the prompt's early part
+    inputs = {"question": "why is the sky blue", "documents": ["rivers and stars"] * 16}
     async with App.fake() as app:
         plan = app.plan("naive_rag", inputs)
         partial = [n.id for n in plan.nodes if n.op.value == "PartialPrefill"]
