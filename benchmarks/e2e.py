@@ -1,8 +1,16 @@
 """End to end: Ayo's optimized plans vs module by module, same engines, same run.
 
-    python -m benchmarks.e2e --data-dir DIR [--apps naive_rag,advanced_rag] [--questions 8]
-        [--rates 0.5,1] [--max-tokens 32] [--dtype float32] [--policy critical_path]
+    python -m benchmarks.e2e --data-dir DIR [--workload default|paper] [--apps ...]
+        [--questions 8] [--rates 0.5,1] [--max-tokens 32] [--dtype float32]
+        [--policy critical_path] [--passes prune,decompose,split,pipeline] [--ablate]
         [--mix] [--out /tmp/ayo-e2e] [--quick]
+
+``--workload paper`` gives each query its own 300-700 passages (the paper's document QA shape,
+``workloads.py``) and caps answers at 10 tokens; its default apps are all four. After the
+table come the serial queries' critical-path bounds (``bound.py``: the least latency any
+schedule could reach, from each query's module-by-module run) beside the measured latencies.
+``--passes`` chooses what the optimized mode runs; ``--ablate`` adds a table of every app's
+serial queries under each pass alone, all but one, and all.
 
 ``--policy fcfs,depth,critical_path`` runs everything once per policy (a fresh App on fresh
 engines each time) at the same offered rates (those of the first policy's serial capacity)
@@ -14,8 +22,10 @@ instance and as one local + one remote replica (a Ray actor on a second node of 
 cluster), and adds what a remote call costs, measured in the same run (``e2e_ray.py``).
 
 Engines: the embedded default (SmolLM2-135M-Instruct, all-MiniLM-L6-v2, the reranker over it,
-faiss + BM25 over the ``wiki`` collection of ``--data-dir``, ingested first when missing).
-Questions: a seeded sample of the fanoutqa dev set (the ``fanoutqa`` package's bundled file).
+faiss + BM25 over the ``wiki`` collection of ``--data-dir``, ingested first when missing), one
+torch thread each by default, so that two engines compute at once on a 2-core CPU.
+Questions: a seeded sample of the fanoutqa dev set (the ``fanoutqa`` package's bundled file;
+for the paper workload, sub-questions whose answer is in one wiki summary, the gold article).
 For each app: every question one at a time in both modes, then Poisson arrivals at each
 ``--rates`` multiple of the module-by-module mode's serial capacity (1 / its mean latency).
 Prints one table (mean / p50 / p99 latency, throughput, speedup = module-by-module /
@@ -28,26 +38,40 @@ from __future__ import annotations
 import argparse
 import asyncio
 import importlib.util
-import json
 import logging
 import os
-import random
 import sys
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from ayo.cluster.remote import RemoteEngine
+from ayo.passes import PASSES, pass_set
 from ayo.scheduler.batching.policies import POLICIES
 
+from .bound import WORKERS, Bound
 from .common import machine, print_table, setup_benchmark_logging
-from .e2e_core import MODES, Plan, SettingResult, run_all
+from .e2e_core import (
+    MODES,
+    AblationResult,
+    Plan,
+    SettingResult,
+    ablation_configs,
+    run_ablation,
+    run_all,
+    serial_bounds,
+)
 from .e2e_ray import SETUPS, clear_prefix_cache, engine_options, start_cluster
 from .e2e_report import (
+    ABLATION_HEADERS,
+    BOUND_HEADERS,
     HEADERS,
+    ablation_rows,
     answers_equal_across,
+    bound_rows,
+    extras_json,
     plot_latency_vs_rate,
     plot_policies,
     policy_table,
@@ -58,21 +82,13 @@ from .e2e_report import (
     write_step_gantt,
 )
 from .remote import measure as remote_call_cost
+from .workloads import PAPER, WORKLOADS, workload
 
 log = logging.getLogger("benchmarks.e2e")
 WARMUP_QUESTION = "What is a black hole?"
-
-
-def fanoutqa_questions(n: int, seed: int) -> list[str]:
-    """``n`` questions of the fanoutqa dev set, a seeded sample (the package is not imported)."""
-    spec = importlib.util.find_spec("fanoutqa")
-    if spec is None or not spec.submodule_search_locations:
-        raise RuntimeError("the fanoutqa package is not installed: pip install fanoutqa")
-    path = Path(spec.submodule_search_locations[0]) / "data" / "fanout-final-dev.json"
-    questions = [q["question"] for q in json.loads(path.read_text())]
-    if n > len(questions):
-        raise ValueError(f"--questions {n}: the dev set has {len(questions)}")
-    return random.Random(seed).sample(questions, n)
+ABLATION = ablation_configs(tuple(PASSES))
+DEFAULT_APPS = {"default": "naive_rag,advanced_rag",
+                "paper": "naive_rag,advanced_rag,contextual_rag,search_gen"}  # fmt: skip
 
 
 async def ensure_wiki(store: Any, collection: str) -> None:
@@ -92,23 +108,28 @@ async def ensure_wiki(store: Any, collection: str) -> None:
 
 
 def build_app(args: argparse.Namespace, policy: str, remote_llms: int = 0) -> Any:
+    from ayo.apps import APPS
     from ayo.runtime.app import App
 
     if args.engines == "fake":
-        return App.fake(args.fake_delay, policy=policy)
-    from ayo.runtime.defaults import load_default_engines
+        app = App.fake(args.fake_delay, policy=policy)
+    else:
+        from ayo.runtime.defaults import load_default_engines
 
-    app = App(policy=policy)
-    loaded = load_default_engines(engine_options(args))
-    engines: dict[str, Any] = loaded.by_name()
-    if remote_llms:  # replicas behind one LLM proxy; the judge shares them as it shares the LLM
-        from .e2e_ray import remote_llm
+        app = App(policy=policy)
+        loaded = load_default_engines(engine_options(args))
+        engines: dict[str, Any] = loaded.by_name()
+        if remote_llms:  # replicas behind one LLM proxy; the judge shares them as the LLM
+            from .e2e_ray import remote_llm
 
-        replicas = [engines["llm"]] + [remote_llm(args) for _ in range(remote_llms)]
-        engines["llm"] = engines["judge"] = replicas
-    for name, engine in engines.items():
-        app.add_engine(name, engine)
-    app.closing.append(loaded.close)
+            replicas = [engines["llm"]] + [remote_llm(args) for _ in range(remote_llms)]
+            engines["llm"] = engines["judge"] = replicas
+        for name, engine in engines.items():
+            app.add_engine(name, engine)
+        app.closing.append(loaded.close)
+    if args.answer_tokens is not None:  # the workload's answer cap: the apps built with it
+        for name in APPS:
+            app.add_workflow(APPS[name].with_options(answer_tokens=args.answer_tokens))
     return app
 
 
@@ -162,15 +183,6 @@ def estimate_s(warm_ms: dict[str, float], plan: Plan) -> float:
     return total
 
 
-def wiki_documents(n: int, seed: int, per_query: int = 3) -> tuple[tuple[str, ...], ...]:
-    """``per_query`` seeded wiki summaries for each of ``n`` queries (contextual_rag's input)."""
-    from ayo.engines.corpus import load_wiki
-
-    articles = load_wiki()
-    rng = random.Random(seed)
-    return tuple(tuple(a.extract for a in rng.sample(articles, per_query)) for _ in range(n))
-
-
 class StepLog:
     """Records the LLM engine's steps during the highest-rate optimized run (``run_all``'s
     ``on_mode`` hook)."""
@@ -188,9 +200,18 @@ class StepLog:
             self.steps = list(self.engine.record_steps(False))
 
 
+@dataclass
+class Extras:
+    """What a run measures besides the table: each serial query's critical-path bound (by
+    app) and the pass ablation (by app)."""
+
+    bounds: dict[str, list[Bound]] = field(default_factory=dict)
+    ablation: list[AblationResult] = field(default_factory=list)
+
+
 async def bench(
     args: argparse.Namespace, plan: Plan, policy: str, remote_llms: int = 0
-) -> tuple[list[SettingResult], dict[str, Any], StepLog | None]:
+) -> tuple[list[SettingResult], dict[str, Any], StepLog | None, Extras]:
     t_load = time.perf_counter()
     app = build_app(args, policy, remote_llms)
     if args.engines == "default":
@@ -202,8 +223,8 @@ async def bench(
         warmup = replace(plan, questions=(WARMUP_QUESTION,))
         for name in plan.apps:
             ((_, inputs),) = warmup.queries(app, (name,))
-            for mode in MODES:  # compiles both plans, warms the kernels and the templates
-                r = await app.run(name, inputs, optimize=mode == MODES[0])
+            for optimize in (plan.optimize, False):  # compiles both plans, warms the kernels
+                r = await app.run(name, inputs, optimize=optimize)
                 warm[name] = max(warm.get(name, 0.0), r.latency_ms)
         expected = estimate_s(warm, plan)
         log.info("warm-up latency %s; expected duration of the measurements ~%.0f s (%.1f min)",
@@ -216,13 +237,25 @@ async def bench(
             steps = StepLog(app.engines.instances("llm")[0], f"poisson {top:g}x ")
         reset = prefix_cache_reset(app) if args.engines == "default" else lambda: None
         results = await run_all(app, plan, log.info, reset, steps)
+        extras = Extras()
+        if not plan.mix:
+            for r in results:
+                if r.rate_qps is None:
+                    queries = plan.queries(app, (r.app,))[: plan.serial_n or len(plan.questions)]
+                    extras.bounds[r.app] = serial_bounds(app, r, queries, WORKERS, args.cores)
+        if args.ablate:
+            for name in plan.apps:
+                queries = plan.queries(app, (name,))[: plan.serial_n or len(plan.questions)]
+                log.info("ablation of %s: %d queries x %d pass sets", name, len(queries),
+                         len(ABLATION))  # fmt: skip
+                extras.ablation.append(await run_ablation(app, name, queries, ABLATION, reset))
         meta["measure_s"] = round(time.perf_counter() - t0, 1)
         if args.engines == "default":
             meta["llm_stats"] = str(app.engines.instances("llm")[0].stats())
         if remote_llms:
             meta["remote"] = [await r.health() for r in app.engines.instances("llm")[1:]]
         meta["engine_stats"] = app.engines.stats()
-    return results, meta, steps
+    return results, meta, steps, extras
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -230,13 +263,25 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--data-dir", default=None, help="RetrievalStore folder (default: "
                    "$AYO_DATA_DIR or ~/.cache/ayo); the wiki is ingested when missing")  # fmt: skip
     p.add_argument("--collection", default="wiki")
-    p.add_argument("--apps", default="naive_rag,advanced_rag")
+    p.add_argument("--workload", choices=WORKLOADS, default="default", help="default: the "
+                   "apps over the stored wiki collection; paper: each query brings its own "
+                   "300-700 passages, answers <= 10 tokens (benchmarks/workloads.py)")  # fmt: skip
+    p.add_argument("--apps", default=None, help="comma-separated (default: "
+                   f"{DEFAULT_APPS['default']}; with --workload paper: all four)")  # fmt: skip
     p.add_argument("--questions", type=int, default=6, help="fanoutqa dev questions (seeded)")
     p.add_argument("--serial-questions", type=int, default=None,
                    help="how many of them run one at a time (default: all)")  # fmt: skip
     p.add_argument("--rates", default="0.5,1", help="Poisson rates, multiples of the serial "
                    "capacity of the module-by-module mode")  # fmt: skip
-    p.add_argument("--max-tokens", type=int, default=32, help="cap on every LLM call's answer")
+    p.add_argument("--max-tokens", type=int, default=None, help="cap on every LLM call "
+                   "(default: 32; with --workload paper none: answers <= 10 tokens, the "
+                   "expansion and contexts at the apps' own ceilings)")  # fmt: skip
+    p.add_argument("--passes", default=",".join(PASSES), help="the passes of the optimized "
+                   f"mode (of {', '.join(PASSES)})")  # fmt: skip
+    p.add_argument("--ablate", action="store_true", help="also run every app's serial "
+                   "queries under each pass alone, all but one and all (a table)")  # fmt: skip
+    p.add_argument("--cores", type=int, default=os.cpu_count() or 1, help="cores the "
+                   "critical-path bound lets the engines share (default: this machine's)")  # fmt: skip
     p.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32")
     p.add_argument("--llm-threads", type=int, default=1, help="torch threads of the LLM's "
                    "worker (0: torch's default, all cores)")  # fmt: skip
@@ -259,11 +304,23 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    "replica (a Ray actor on a second loopback node; the ray extra), then what "
                    "a remote call adds, same run (see benchmarks/e2e_ray.py)")  # fmt: skip
     args = p.parse_args(argv)
+    paper = args.workload == "paper"
+    args.apps = args.apps or DEFAULT_APPS[args.workload]
+    if args.max_tokens is None and not paper:
+        args.max_tokens = 32
+    args.answer_tokens = PAPER.answer_tokens if paper else None
     if args.quick:
         args.questions, args.serial_questions = 2, 2
-        args.max_tokens = min(args.max_tokens, 8)
-    if args.questions < 1 or args.max_tokens < 1:
+        args.max_tokens = min(args.max_tokens or 8, 8)
+    if args.questions < 1 or (args.max_tokens is not None and args.max_tokens < 1):
         p.error("--questions and --max-tokens must be >= 1")
+    try:
+        chosen = pass_set(x for x in args.passes.split(",") if x)
+    except ValueError as exc:
+        p.error(f"--passes: {exc}")
+    args.optimize = True if chosen == set(PASSES) else chosen
+    if args.cores < 1:
+        p.error("--cores must be >= 1")
     args.policies = [x for x in args.policy.split(",") if x]
     unknown = [x for x in args.policies if x not in POLICIES]
     if unknown or not args.policies:
@@ -281,18 +338,18 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     setup_benchmark_logging()
     args.out.mkdir(parents=True, exist_ok=True)
-    from ayo.apps import APPS
-
     apps = tuple(a for a in args.apps.split(",") if a)
-    needs_docs = any("documents" in APPS[a].required for a in apps if a in APPS)
+    asked = workload(args.workload, apps, args.questions, args.seed)
+    log.info("%s", asked.describe())
     plan = Plan(
         apps=apps,
-        questions=tuple(fanoutqa_questions(args.questions, args.seed)),
+        questions=asked.questions,
         rate_multipliers=tuple(float(x) for x in args.rates.split(",") if x),
         seed=args.seed,
         serial_n=args.serial_questions,
         mix=args.mix,
-        documents=wiki_documents(args.questions, args.seed) if needs_docs else (),
+        documents=asked.documents,
+        optimize=args.optimize,
     )
     where = machine()
     load_before = os.getloadavg()
@@ -301,6 +358,7 @@ def main(argv: list[str] | None = None) -> int:
     by_policy: dict[str, list[SettingResult]] = {}
     metas: dict[str, Any] = {}
     steps: dict[str, StepLog | None] = {}
+    extras: dict[str, Extras] = {}
     # the runs compared: one per policy, or (--ray) one per LLM setup under the one policy
     runs = [(s, args.policies[0], n) for s, n in SETUPS] if args.ray else [
         (p, p, 0) for p in args.policies]  # fmt: skip
@@ -309,7 +367,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         for label, policy, remote_llms in runs:
             log.info("run %s", label)
-            results, metas[label], steps[label] = asyncio.run(
+            results, metas[label], steps[label], extras[label] = asyncio.run(
                 bench(args, plan, policy, remote_llms)
             )
             by_policy[label] = results
@@ -328,10 +386,12 @@ def main(argv: list[str] | None = None) -> int:
             cluster.shutdown()
     load_after = os.getloadavg()
     split = "" if args.split_min_tokens is None else f"split min {args.split_min_tokens} tokens, "
-    settings = (f"engines {args.engines}, policy {args.policy}, {split}LLM {args.dtype}, max {args.max_tokens} new tokens per "
-                f"call, LLM threads {args.llm_threads or 'default'}, embedder threads "
-                f"{args.embedder_threads or 'default'}, {len(plan.questions)} fanoutqa dev "
-                f"questions (seed {args.seed}){', apps mixed' if args.mix else ''}")  # fmt: skip
+    cap = f"max {args.max_tokens} new tokens per call" if args.max_tokens else "no cap per call"
+    passes = "" if args.optimize is True else f"optimized = {','.join(sorted(args.optimize))}, "
+    settings = (f"engines {args.engines}, policy {args.policy}, {split}{passes}LLM {args.dtype}, {cap}, "
+                f"LLM threads {args.llm_threads or 'default'}, embedder threads "
+                f"{args.embedder_threads or 'default'}; {asked.describe()} "
+                f"(seed {args.seed}){', apps mixed' if args.mix else ''}")  # fmt: skip
     print(f"# {where}")
     print(f"# {settings}; started {started}; load average before {load_before[0]:.2f}, after "
           f"{load_after[0]:.2f} (1 min)")  # fmt: skip
@@ -339,11 +399,20 @@ def main(argv: list[str] | None = None) -> int:
         if len(by_policy) > 1:
             print(f"# {'setup' if args.ray else 'policy'} {policy}")
         print_table(HEADERS, table_rows([x for r in results for x in r.per_app()]))
+        found = extras[policy]
+        if found.bounds:
+            print(f"# critical-path bound of the serial queries (mean over them; each from its "
+                  f"module-by-module spans, dependencies after pruning, {args.cores} cores)")  # fmt: skip
+            print_table(BOUND_HEADERS, bound_rows(results, found.bounds))
+        if found.ablation:
+            print("# pass ablation: the serial queries under each pass set, one at a time")
+            print_table(ABLATION_HEADERS, ablation_rows(found.ablation))
     title = f"{where}\n{settings}"
     written = [args.out / "e2e.json", args.out / "latency_vs_rate.png"]
     meta = {"machine": where, "settings": settings, "started": started,
             "argv": sys.argv[1:] if argv is None else argv, "loadavg_before": load_before,
-            "loadavg_after": load_after, "questions": list(plan.questions)}  # fmt: skip
+            "loadavg_after": load_after, "questions": list(plan.questions),
+            "extras": {k: extras_json(v) for k, v in extras.items()}}  # fmt: skip
     if len(by_policy) == 1:
         ((policy, results),) = by_policy.items()
         write_json(written[0], {**meta, **metas[policy]}, results)

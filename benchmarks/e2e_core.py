@@ -9,6 +9,10 @@ the optimized plan (Ayo's passes) and with ``optimize=False`` (module by module)
 - ``poisson``: queries arrive as a seeded Poisson process at a given rate (the same arrival
   times for both modes); the modes run one after the other, their order alternating per rate.
 
+``run_ablation``: each query once per pass set (none, each pass alone, all but one, all), one at
+a time, the sets rotating per query. ``serial_bounds``: each serial query's critical-path bound
+(``bound.py``) from its module-by-module run.
+
 ``reset`` (optional) runs before every serial query and every Poisson run of a mode, while the
 engines are idle: the real benchmark empties the LLM's prefix cache there, so no query finds
 its own prompt cached by an earlier run of the same question (a module-by-module prompt would
@@ -30,6 +34,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 MODES = ("optimized", "module-by-module")
+Optimize = bool | frozenset[str]  # what a mode runs: all passes, none, or those named
 
 
 @dataclass
@@ -186,23 +191,28 @@ def _record(run: ModeRun, app_name: str, result: Any) -> None:
 
 
 async def run_serial(
-    app: Any, label: str, queries: Sequence[Query], reset: Reset = _no_reset
+    app: Any,
+    label: str,
+    queries: Sequence[Query],
+    reset: Reset = _no_reset,
+    optimize: Optimize = True,
 ) -> SettingResult:
-    """Each query once per mode, one at a time, modes alternating."""
+    """Each query once per mode, one at a time, modes alternating (``optimize``: what the
+    optimized mode runs)."""
     runs = {m: ModeRun(m) for m in MODES}
     for i, (name, inputs) in enumerate(queries):
         order = MODES if i % 2 == 0 else MODES[::-1]
         for mode in order:
             await _reset(reset)
             t0 = time.perf_counter()
-            result = await app.run(name, inputs, optimize=mode == MODES[0])
+            result = await app.run(name, inputs, optimize=optimize if mode == MODES[0] else False)
             runs[mode].wall_s += time.perf_counter() - t0
             _record(runs[mode], name, result)
     return SettingResult(label, "serial", None, runs)
 
 
 async def _poisson_mode(
-    app: Any, queries: Sequence[Query], arrivals: Sequence[float], mode: str
+    app: Any, queries: Sequence[Query], arrivals: Sequence[float], mode: str, optimize: Optimize
 ) -> ModeRun:
     run = ModeRun(mode)
     loop = asyncio.get_running_loop()
@@ -210,7 +220,7 @@ async def _poisson_mode(
 
     async def one(query: Query, at: float) -> Any:
         await asyncio.sleep(max(0.0, t0 + at - loop.time()))  # the arrival, not a poll
-        return await app.run(query[0], query[1], optimize=mode == MODES[0])
+        return await app.run(query[0], query[1], optimize=optimize if mode == MODES[0] else False)
 
     done = await asyncio.gather(*(one(q, a) for q, a in zip(queries, arrivals)))
     run.wall_s = loop.time() - t0
@@ -229,6 +239,7 @@ async def run_poisson(
     load: str | None = None,
     reset: Reset = _no_reset,
     on_mode: Callable[[str, str], None] | None = None,
+    optimize: Optimize = True,
 ) -> SettingResult:
     """The queries arriving at ``rate_qps`` (Poisson, seeded), once per mode. ``on_mode`` is
     called with ("start" | "end", mode) around each mode's run (the step log hooks on it)."""
@@ -238,7 +249,7 @@ async def run_poisson(
         await _reset(reset)
         if on_mode is not None:
             on_mode("start", mode)
-        runs[mode] = await _poisson_mode(app, queries, arrivals, mode)
+        runs[mode] = await _poisson_mode(app, queries, arrivals, mode, optimize)
         if on_mode is not None:
             on_mode("end", mode)
     return SettingResult(label, load or f"poisson {rate_qps:.3g}/s", rate_qps, runs)
@@ -250,7 +261,8 @@ class Plan:
     serial capacity of the module-by-module mode (1 / its mean serial latency), or of
     ``capacity_qps`` when given (to offer several runs the same rates). ``mix``: the apps run
     together (see the module doc). ``documents``: per question, the documents given to apps
-    that require a ``documents`` input (contextual_rag)."""
+    bring per query, by app (an app absent brings none). ``optimize``: what the optimized mode
+    runs (all passes, or the names of some)."""
 
     apps: tuple[str, ...]
     questions: tuple[str, ...]
@@ -259,18 +271,20 @@ class Plan:
     serial_n: int | None = None
     mix: bool = False
     capacity_qps: Mapping[str, float] | None = None  # by label: the app, or "mix"
-    documents: tuple[tuple[str, ...], ...] = ()
+    documents: Mapping[str, tuple[tuple[str, ...], ...]] = field(default_factory=dict)
+    optimize: Optimize = True
 
     def queries(self, app: Any, names: Sequence[str]) -> list[Query]:
-        """Question ``i`` for app ``names[i mod len(names)]``, with its documents if needed."""
+        """Question ``i`` for app ``names[i mod len(names)]``, with its documents."""
         out: list[Query] = []
         for i, question in enumerate(self.questions):
             name = names[i % len(names)]
             inputs: dict[str, Any] = {"question": question}
-            if "documents" in getattr(app.workflow(name), "required", ()):
-                if not self.documents:
-                    raise ValueError(f"app {name!r} needs documents: give Plan.documents")
-                inputs["documents"] = list(self.documents[i % len(self.documents)])
+            docs = self.documents.get(name)
+            if docs:
+                inputs["documents"] = list(docs[i % len(docs)])
+            elif "documents" in getattr(app.workflow(name), "required", ()):
+                raise ValueError(f"app {name!r} needs documents: give Plan.documents[{name!r}]")
             out.append((name, inputs))
         return out
 
@@ -288,7 +302,9 @@ async def run_all(
     groups = [("mix", plan.apps)] if plan.mix else [(a, (a,)) for a in plan.apps]
     for label, names in groups:
         queries = plan.queries(app, names)
-        serial = await run_serial(app, label, queries[: plan.serial_n or len(queries)], reset)
+        serial = await run_serial(
+            app, label, queries[: plan.serial_n or len(queries)], reset, plan.optimize
+        )
         results.append(serial)
         log(_line(serial))
         given = (plan.capacity_qps or {}).get(label)
@@ -297,8 +313,9 @@ async def run_all(
             load = f"poisson {mult:g}x ({mult * capacity:.3g}/s)"
             hook = None if on_mode is None else (lambda ev, m, load=load: on_mode(ev, load, m))
             res = await run_poisson(
-                app, label, queries, mult * capacity, plan.seed + j, j % 2 == 0, load, reset, hook
-            )
+                app, label, queries, mult * capacity, plan.seed + j, j % 2 == 0, load, reset, hook,
+                plan.optimize,
+            )  # fmt: skip
             results.append(res)
             log(_line(res))
     return results
@@ -310,3 +327,68 @@ def _line(r: SettingResult) -> str:
         f"{r.app} {r.load}: optimized mean {o.mean_ms:.0f} ms, module-by-module {u.mean_ms:.0f}"
         f" ms, speedup {r.speedup:.2f}x, equal answers {r.equal_answers}/{o.n}"
     )
+
+
+def ablation_configs(passes: Sequence[str]) -> list[tuple[str, Optimize]]:
+    """The pass sets of an ablation over ``passes``: none (module by module), each alone, all
+    but each one, all."""
+    names = list(passes)
+    out: list[tuple[str, Optimize]] = [("none (module by module)", False)]
+    out += [(f"{n} only", frozenset({n})) for n in names]
+    out += [(f"all but {n}", frozenset(names) - {n}) for n in names]
+    out.append(("all", True))
+    return out
+
+
+@dataclass
+class AblationResult:
+    """One app's queries run once per pass set (serial), in ``ablation_configs`` order."""
+
+    app: str
+    runs: dict[str, ModeRun]
+
+    @property
+    def baseline(self) -> ModeRun:
+        return next(iter(self.runs.values()))
+
+    def speedup(self, label: str) -> float:
+        return self.baseline.mean_ms / self.runs[label].mean_ms
+
+    def equal_answers(self, label: str) -> int:
+        return sum(a == b for a, b in zip(self.runs[label].answers, self.baseline.answers))
+
+
+async def run_ablation(
+    app: Any,
+    label: str,
+    queries: Sequence[Query],
+    configs: Sequence[tuple[str, Optimize]],
+    reset: Reset = _no_reset,
+) -> AblationResult:
+    """Each query once per pass set, one at a time; query ``i`` starts at set ``i mod n`` so
+    that no set always runs first (a question's prompts warm what stays cached)."""
+    runs = {name: ModeRun(name) for name, _ in configs}
+    for i, (name, inputs) in enumerate(queries):
+        for j in range(len(configs)):
+            tag, optimize = configs[(i + j) % len(configs)]
+            await _reset(reset)
+            t0 = time.perf_counter()
+            result = await app.run(name, inputs, optimize=optimize)
+            runs[tag].wall_s += time.perf_counter() - t0
+            _record(runs[tag], name, result)
+    return AblationResult(label, runs)
+
+
+def serial_bounds(
+    app: Any, result: SettingResult, queries: Sequence[Query], workers: Mapping[str, str],
+    cores: int,
+) -> list[Any]:  # fmt: skip
+    """The critical-path bound (``bound.Bound``) of each query of a serial setting, from its
+    module-by-module run (``bound.query_bound``)."""
+    from .bound import query_bound
+
+    traces = result.runs[MODES[1]].traces
+    return [
+        query_bound(app, name, inputs, trace.spans, workers, cores)
+        for (name, inputs), trace in zip(queries, traces)
+    ]

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from .e2e_core import MODES, SettingResult
+from .e2e_core import MODES, AblationResult, SettingResult
 
 HEADERS = [
     "app",
@@ -46,6 +46,59 @@ def table_rows(results: list[SettingResult]) -> list[list[object]]:
                 ]
             )
     return rows
+
+
+BOUND_HEADERS = [
+    "app",
+    "optimized s",
+    "module-by-module s",
+    "bound s",
+    "set by",
+    "best speedup",
+    "speedup",
+    "bound / optimized",
+]
+
+
+def bound_rows(results: list[SettingResult], bounds: dict[str, list[Any]]) -> list[list[object]]:
+    """Per app, the serial setting beside its mean critical-path bound: the best speedup any
+    schedule could reach (module by module / bound) and how near the optimized plan came."""
+    rows: list[list[object]] = []
+    for r in results:
+        if r.rate_qps is not None or r.app not in bounds:
+            continue
+        mine = bounds[r.app]
+        bound = sum(b.seconds for b in mine) / len(mine)
+        limits = sorted({b.limit for b in mine})
+        opt, mbm = (r.runs[m].mean_ms / 1e3 for m in MODES)
+        rows.append([r.app, f"{opt:.2f}", f"{mbm:.2f}", f"{bound:.2f}", ", ".join(limits),
+                     f"{mbm / bound:.2f}x", f"{mbm / opt:.2f}x", f"{bound / opt:.0%}"])  # fmt: skip
+    return rows
+
+
+ABLATION_HEADERS = ["app", "passes", "mean s", "speedup", "equal answers"]
+
+
+def ablation_rows(ablation: list[AblationResult]) -> list[list[object]]:
+    """One row per app and pass set: mean latency, speedup over none, answers equal to none's."""
+    rows: list[list[object]] = []
+    for a in ablation:
+        for i, (label, run) in enumerate(a.runs.items()):
+            rows.append([a.app if i == 0 else "", label, f"{run.mean_ms / 1e3:.2f}",
+                         f"{a.speedup(label):.2f}x", f"{a.equal_answers(label)}/{run.n}"])  # fmt: skip
+    return rows
+
+
+def extras_json(extras: Any) -> dict[str, Any]:
+    """The bounds and the ablation as JSON."""
+    return {
+        "bounds": {app: [{"seconds": b.seconds, "path_s": b.path_s, "resource_s": b.resource_s,
+                          "cores_s": b.cores_s, "limit": b.limit} for b in bs]
+                   for app, bs in extras.bounds.items()},
+        "ablation": [{"app": a.app, "runs": {k: {**r.summary(), "answers": r.answers}
+                                             for k, r in a.runs.items()}}
+                     for a in extras.ablation],
+    }  # fmt: skip
 
 
 def write_json(path: Path, meta: dict[str, Any], results: list[SettingResult]) -> None:

@@ -22,8 +22,8 @@ import aiohttp
 
 from .common import machine, print_table, setup_benchmark_logging
 from .e2e_core import percentile
-from .quality import answerable_questions
 from .server_process import ServerProcess
+from .workloads import answerable_questions
 
 log = logging.getLogger("benchmarks.isolation")
 

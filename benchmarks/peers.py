@@ -52,9 +52,10 @@ from pathlib import Path
 from typing import Any
 
 from .common import machine, print_table, setup_benchmark_logging
-from .e2e import WARMUP_QUESTION, fanoutqa_questions, prefix_cache_reset
+from .e2e import WARMUP_QUESTION, prefix_cache_reset
 from .e2e_core import percentile
 from .peers_llamaindex import peak_rss_mb
+from .workloads import fanoutqa_questions
 
 log = logging.getLogger("benchmarks.peers")
 ROOT = Path(__file__).resolve().parent.parent

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import importlib.util
 import json
 import logging
 import random
@@ -39,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from .common import machine, print_table, setup_benchmark_logging
+from .workloads import Question, answerable_questions
 
 log = logging.getLogger("benchmarks.quality")
 
@@ -63,48 +63,6 @@ CHITCHAT = (
     "Goodbye!",
 )
 STYLES = ("chat", "legacy")
-
-
-@dataclass(frozen=True)
-class Question:
-    text: str
-    gold: str
-    title: str  # the wiki article that holds the answer
-
-
-def _data_file(package: str, *parts: str) -> Path:
-    spec = importlib.util.find_spec(package)
-    if spec is None or not spec.submodule_search_locations:
-        raise RuntimeError(f"the {package} package is not installed (scripts/setup.sh adds it)")
-    return Path(spec.submodule_search_locations[0], *parts)
-
-
-def answerable_questions() -> list[Question]:
-    """fanoutqa dev sub-questions answered by one packaged wiki summary (answer in its text)."""
-    from ayo.engines.corpus import load_wiki
-
-    extracts = {a.title: a.extract.lower() for a in load_wiki()}
-    dev = json.loads(_data_file("fanoutqa", "data", "fanout-final-dev.json").read_text())
-    found: dict[str, Question] = {}
-
-    def walk(node: dict[str, Any]) -> None:
-        title = (node.get("evidence") or {}).get("title")
-        answer = node.get("answer")
-        if (
-            title in extracts
-            and isinstance(answer, (str, int))
-            and not isinstance(answer, bool)
-            and len(str(answer)) >= 3
-            and str(answer).lower() in extracts[title]
-        ):
-            found.setdefault(node["question"], Question(node["question"], str(answer), title))
-        for child in node.get("decomposition") or ():
-            walk(child)
-
-    for q in dev:
-        for child in q.get("decomposition") or ():
-            walk(child)
-    return sorted(found.values(), key=lambda q: q.text)
 
 
 def normalize(text: str) -> str:

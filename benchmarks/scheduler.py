@@ -2,6 +2,10 @@
 
     python -m benchmarks.scheduler [--queries 200] [--loads 0.5,0.8,0.95] [--apps ...]
     python -m benchmarks.scheduler --overhead [--inflight 1000] [--rounds 3] [--no-real]
+    python -m benchmarks.scheduler --profiles paper-gpu|default|measured --workload paper|default
+        [--queries 8] [--ablate]
+
+The last: optimized vs module by module per app in the paper's setting (``sim_paper.py``).
 
 Policies: each app runs ``--queries`` queries arriving as a seeded Poisson process at several
 rates, under ``fcfs``, ``depth`` and ``critical_path`` (same arrivals for all three), on engines
@@ -29,6 +33,7 @@ import random
 import statistics
 import time
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from ayo.engines.base import LocalEngine
@@ -45,6 +50,7 @@ from ayo.scheduler.sim.fakes import PieceStream
 from ayo.scheduler.sim.simulation import SimLLM, run_virtual, sim_engines
 
 from .common import machine
+from .sim_paper import PROFILE_SETS, SIM_WORKLOADS, speedup_report
 
 log = logging.getLogger(__name__)
 
@@ -486,7 +492,21 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--loads", default="0.7,1.0,1.3")
     parser.add_argument("--apps", default=",".join(APPS))
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--profiles", choices=PROFILE_SETS, default=None, help="optimized vs "
+                        "module by module under these engine profiles (see sim_paper.py)")  # fmt: skip
+    parser.add_argument("--workload", choices=SIM_WORKLOADS, default=None, help="with "
+                        "--profiles: the paper's document QA shape or the apps' defaults")  # fmt: skip
+    parser.add_argument("--ablate", action="store_true", help="with --profiles: each pass "
+                        "alone, all but one, all")  # fmt: skip
+    parser.add_argument("--data-dir", type=Path, default=None, help="--profiles measured: "
+                        "where the real engines stored their profile")  # fmt: skip
     args = parser.parse_args(argv)
+    if args.profiles or args.workload or args.ablate:
+        apps = [a for a in args.apps.split(",") if a and a != "mixed"]
+        queries = 8 if args.queries == parser.get_default("queries") else args.queries
+        speedup_report(args.profiles or "paper-gpu", args.workload or "paper", apps, queries,
+                       args.seed, args.ablate, args.data_dir)  # fmt: skip
+        return
     if args.single is not None:
         wall, _ = asyncio.run(
             _overhead_once(args.inflight, args.single, "critical_path", "serving")

@@ -14,6 +14,7 @@ from ayo.runtime.app import App
 from benchmarks import e2e
 from benchmarks.e2e_core import MODES, Plan, percentile, poisson_arrivals, run_all
 from benchmarks.e2e_report import HEADERS, policy_table, table_rows
+from benchmarks.workloads import fanoutqa_questions
 
 
 def test_percentile_matches_statistics_quantiles():
@@ -40,7 +41,7 @@ def test_poisson_arrivals_are_seeded_with_the_requested_mean_gap():
 
 
 async def test_core_loop_on_fakes_gives_equal_answers_and_a_full_table():
-    questions = tuple(e2e.fanoutqa_questions(3, seed=1))
+    questions = tuple(fanoutqa_questions(3, seed=1))
     assert len(set(questions)) == 3 and all(q.endswith("?") for q in questions)
     plan = Plan(("naive_rag", "advanced_rag"), questions, (0.5, 2.0), seed=1)
     async with App.fake(delay_s=0.001) as app:
@@ -134,3 +135,24 @@ def test_step_gantt_draws_the_llm_steps_of_a_run(tmp_path):
     write_step_gantt(path, steps, run, "two queries")
     assert path.read_bytes()[:4] == b"\x89PNG"
     assert run.only("search_gen").answers == ["b"] and run.only("search_gen").wall_s == 2.0
+
+
+def test_cli_paper_workload_with_bounds_and_ablation_on_fakes(tmp_path, capsys):
+    """--workload paper: each query brings its passages (the fakes index them), answers capped
+    at 10 tokens; the serial table is followed by the critical-path bounds and the ablation."""
+    argv = ["--engines", "fake", "--fake-delay", "0", "--quick", "--rates", "", "--workload",
+            "paper", "--apps", "naive_rag,contextual_rag", "--ablate", "--out", str(tmp_path)]  # fmt: skip
+    assert e2e.main(argv) == 0
+    printed = capsys.readouterr().out
+    assert "workload paper: 2 questions, naive_rag" in printed and "answers <= 10 tokens" in printed
+    assert "best speedup" in printed and "all but decompose" in printed
+    data = json.loads((tmp_path / "e2e.json").read_text())
+    extras = data["extras"]["critical_path"]
+    assert [len(extras["bounds"][app]) for app in ("naive_rag", "contextual_rag")] == [2, 2]
+    for ablation in extras["ablation"]:
+        runs = ablation["runs"]
+        assert len(runs) == 10 and all(r["n"] == 2 for r in runs.values())
+        baseline = runs["none (module by module)"]["answers"]
+        assert all(r["answers"] == baseline for r in runs.values())  # every pass set agrees
+    with pytest.raises(SystemExit):
+        e2e.parse_args(["--passes", "prune,fuse"])
