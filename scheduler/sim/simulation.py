@@ -26,7 +26,7 @@ from ayo.engines.llm.sampling import SamplingParams
 from ayo.engines.records import Doc, RerankRequest
 
 from ..ir.engine_api import StepOrder
-from ..profiles.profile import DEFAULT_PROFILES, EngineProfile, LatencyModel
+from ..profiles.profile import DEFAULT_PROFILES, EngineProfile, LatencyModel, profile_for
 from .fakes import (
     CHARS_PER_TOKEN,
     FakeIndex,
@@ -259,9 +259,18 @@ class SimEmbedder(LocalEngine):
 
 
 class SimIndex(FakeIndex):
-    def __init__(self, latency: LatencyModel, corpus: Iterable[Doc]) -> None:
+    """Searches cost ``latency``; ingests ``ingest_latency`` (default: the same), as a
+    profile's ``index.Ingest`` entry may say (adding vectors is a copy, searching a scan)."""
+
+    def __init__(
+        self,
+        latency: LatencyModel,
+        corpus: Iterable[Doc],
+        ingest_latency: LatencyModel | None = None,
+    ) -> None:
         super().__init__(corpus)
         self.latency = latency
+        self.ingest_latency = ingest_latency or latency
 
     async def search(
         self, collection: str, vectors: Any, k: int, *, info: Any = None
@@ -272,7 +281,7 @@ class SimIndex(FakeIndex):
     async def ingest(
         self, collection: str, docs: list[Doc], vectors: Any, *, info: Any = None
     ) -> None:
-        await _take(self.latency, len(vectors))
+        await _take(self.ingest_latency, len(vectors))
         self.collections.setdefault(collection, []).extend(zip(docs, vectors))
 
 
@@ -310,7 +319,9 @@ def sim_engines(
         "llm": SimLLM(p["llm"].latency, "llm"),
         "judge": SimLLM(p["llm"].latency, "judge"),
         "embedder": SimEmbedder(p["embedder"].latency),
-        "index": SimIndex(p["index"].latency, corpus),
+        "index": SimIndex(
+            p["index"].latency, corpus, profile_for(p, "index", "index", "Ingest").latency
+        ),
         "keyword": SimKeywordIndex(p["keyword"].latency, corpus),
         "reranker": SimReranker(p["reranker"].latency),
     }

@@ -4,11 +4,11 @@ import asyncio
 
 import pytest
 
-from ayo.scheduler import LatencyModel, SamplingParams
+from ayo.scheduler import Doc, EngineProfile, LatencyModel, SamplingParams
 from ayo.scheduler.batching.admission import Admission
 from ayo.scheduler.batching.policies import PendingRequest
 from ayo.scheduler.sim.fakes import FakeLLM
-from ayo.scheduler.sim.simulation import SimEmbedder, SimLLM, run_virtual
+from ayo.scheduler.sim.simulation import SimEmbedder, SimLLM, run_virtual, sim_engines
 
 
 def _req(query: int, node: str, depth: int = 0, remaining: float = 0.0) -> PendingRequest:
@@ -127,3 +127,22 @@ def test_sim_embedder_takes_its_modelled_time() -> None:
         return loop.time() - t0
 
     assert run_virtual(main()) == pytest.approx(6.5e-3)
+
+
+def test_sim_index_ingests_at_its_own_cost() -> None:
+    """A profile's ``index.Ingest`` entry (a copy) prices ingests, ``index`` (a scan) searches."""
+    profiles = {
+        "index": EngineProfile(latency=LatencyModel(1.0, 1.0)),
+        "index.Ingest": EngineProfile(latency=LatencyModel(0.0, 0.01)),
+    }
+    index = sim_engines(profiles)["index"]
+
+    async def main() -> tuple[float, float]:
+        loop = asyncio.get_running_loop()
+        t0 = loop.time()
+        await index.ingest("q", [Doc(str(i), "x") for i in range(100)], [[1.0]] * 100)
+        t1 = loop.time()
+        await index.search("q", [[1.0]], 3)
+        return t1 - t0, loop.time() - t1
+
+    assert run_virtual(main()) == pytest.approx((1e-3, 2e-3))
