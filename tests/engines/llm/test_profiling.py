@@ -39,6 +39,12 @@ def test_profiles_are_keyed_by_model_dtype_and_threads(tmp_path: Path):
         profile_path(tmp_path, "other", "float32", 2),
     }
     assert a not in others and len(others) == 3
+    import ayo.runtime.profiling as profiling
+
+    older = profiling.PROFILE_FORMAT - 1  # what an older version measured is measured anew
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(profiling, "PROFILE_FORMAT", older)
+        assert profile_path(tmp_path, "smollm2-135m-instruct", "float32", 2) != a
 
 
 def test_stored_profiles_missing_saved_and_malformed(tmp_path: Path):
