@@ -122,9 +122,12 @@ def sim_queries(app: str, workload: str, n: int, seed: int) -> list[Query]:
 
 def sim_app(profiles: Mapping[str, EngineProfile], workload: str) -> App:
     """An App on the simulated engines (the LLM runs 16 sequences at once, the others one
-    batch of up to 32 items at a time), apps built with the workload's answer cap."""
+    batch of up to 32 items at a time; the judge is the LLM, as in the default engines), apps
+    built with the workload's answer cap."""
     app = App(profiles=profiles, policy="critical_path")
-    for name, engine in sim_engines(profiles).items():
+    engines = sim_engines(profiles)
+    engines["judge"] = engines["llm"]
+    for name, engine in engines.items():
         config = (
             SchedulerConfig("critical_path", max_running=16)
             if engine.kind == "llm"
