@@ -39,7 +39,7 @@ from .tokenizer import ChatTokenizer
 
 log = logging.getLogger(__name__)
 Prompt = str | Seq[int]
-IDLE_GRACE_S = 0.002  # how long the engine stays idle before it computes background prefills
+IDLE_GRACE_S = 0.02  # how long the engine stays idle before it computes background prefills
 
 
 class LLMEngine:
@@ -176,7 +176,9 @@ class LLMEngine:
                 try:
                     for cmd in cmds:
                         core.handle(cmd)
-                    if core.has_work:
+                    # Background work runs after a whole grace period without commands: one
+                    # that came in it (a sequence opened) usually announces foreground work.
+                    if core.has_work and not (cmds and core.only_background):
                         core.step()
                 except Exception as exc:  # an engine bug: fail what is in flight, keep serving
                     log.exception("engine step failed; failing all in-flight sequences")

@@ -80,7 +80,7 @@ async def _take(latency: LatencyModel, items: int, tokens: int = 0) -> None:
     await asyncio.sleep(latency.estimate_ms(items, tokens) / 1e3)
 
 
-IDLE_GRACE_S = 0.002  # as the real engine: idle this long before background prefills run
+IDLE_GRACE_S = 0.02  # as the real engine: idle this long before background prefills run
 
 
 class _Work:

@@ -316,6 +316,35 @@ async def test_background_prefill_fills_an_idle_step_or_goes_with_the_next_call(
     assert list(idle.token_ids) == list(folded.token_ids) == want
 
 
+async def test_a_command_in_the_grace_period_keeps_background_tokens_waiting(
+    tiny_llama, monkeypatch
+):
+    """Background tokens run after a whole grace period without commands: a sequence opened
+    during it announces a prefill, which then goes first (the engine took the open for the end
+    of the grace and ran the background step in its way). The grace is widened to 0.2 s here
+    so that a loaded machine's jitter cannot decide the test."""
+    import ayo.engines.llm.engine as engine_module
+
+    grace = 0.2
+    monkeypatch.setattr(engine_module, "IDLE_GRACE_S", grace)
+    head, tail = list(range(3, 23)), [7, 8, 9]
+    async with engine(tiny_llama, enable_prefix_caching=False) as eng:
+        steps = eng.record_steps()
+        held = await eng.open()
+        eng.prefill_when_idle(held, head)
+        await asyncio.sleep(0.6 * grace)
+        seq = await eng.open()  # a command in the grace period
+        await asyncio.sleep(0.6 * grace)  # past the first grace, inside the second
+        await eng.prefill(seq, tail)
+        assert [n for _, n in steps[0].chunks] == [len(tail)]  # the prefill went first
+        await asyncio.sleep(2 * grace)  # idle again: now the held tokens are computed
+        assert eng._core.seqs[held.seq_id].num_computed_tokens == len(head)
+        eng.record_steps(False)
+        await eng.close(seq)
+        await eng.close(held)
+        assert_no_leak(eng)
+
+
 async def test_a_refused_background_prefill_fails_its_sequences_next_call(tiny_llama):
     async with engine(tiny_llama) as eng:
         seq = await eng.open()
