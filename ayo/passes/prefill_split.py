@@ -6,9 +6,9 @@ the late inputs arrive. At run time the split falls on a token boundary of the w
 prompt (see ``ayo.scheduler.runtime.handlers``). Skipped when the early part is estimated shorter than the
 engine profile's ``prefill_split_min_tokens``, and when the query leaves the LLM no idle time
 for it: the early part is computed in the LLM's idle steps, so it pays only if the work before
-the late inputs keeps other engines busy at least as long as the early prefill takes (search_gen's
-answer waits for its judge, an LLM call, then a keyword search of milliseconds: splitting
-there put a background step in the judge's way, 0.91x of module by module on a 2-core CPU).
+the late inputs keeps other engines busy at least as long as the early prefill takes
+(search_gen's answer waits for its judge, an LLM call on the same engine, then a keyword search
+of milliseconds: a split there only puts a background step in the judge's way).
 """
 
 from __future__ import annotations

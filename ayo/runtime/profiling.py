@@ -58,7 +58,7 @@ DECODE_STEPS = 8
 QUICK = {"decode_batches": (1, 4, 16), "prefill_tokens": (64, 512), "repeats": 1}
 WORDS = "the quick brown fox jumps over the lazy dog near a river bank in early spring light"
 # The embedder and the reranker are measured on what they mostly see: passages, the apps' chunks
-# of up to 64 words (a 16-word text cost a quarter of a passage on a 2-core CPU: 5 vs ~20 ms).
+# of up to 64 words (a short text costs a fraction of one).
 PASSAGE = " ".join([WORDS] * 4)
 # Bumped when what is measured changes: a profile stored by an older version is measured anew.
 PROFILE_FORMAT = 2
