@@ -18,6 +18,7 @@ from collections.abc import Sequence
 
 from ayo.apps import APPS, get_app
 from ayo.cli.run import add_run_parser
+from ayo.runtime.defaults import DEFAULT_RESOURCES, default_tokenizer
 from ayo.runtime.plan_cache import PlanCache
 from ayo.scheduler import ExecutionError, PlanError
 from ayo.scheduler.ir.render import plan_to_dot, plan_to_json, render_with_dot
@@ -41,7 +42,10 @@ def _shape(app_name: str, documents: int | None) -> InputShape:
 
 def cmd_plan(args: argparse.Namespace) -> int:
     shape = _shape(args.app, args.documents)
-    plan = PlanCache().get(get_app(args.app), shape, optimize=not args.no_optimize)
+    # the plan the server runs with the default engines: priced with the LLM's tokenizer, the
+    # judge on the LLM
+    plans = PlanCache(tokenizer=default_tokenizer(), resources=DEFAULT_RESOURCES)
+    plan = plans.get(get_app(args.app), shape, optimize=not args.no_optimize)
     if args.format == "json":
         data = (json.dumps(plan_to_json(plan), indent=2) + "\n").encode()
     elif args.format == "dot":

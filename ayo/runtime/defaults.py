@@ -31,6 +31,10 @@ if TYPE_CHECKING:
 
 DEFAULT_LLM = "smollm2-135m-instruct"
 DEFAULT_EMBEDDER = "all-minilm-l6-v2"
+# The default engines' shared resources (``EngineSet.resources()`` of what ``by_name`` registers):
+# the judge computes on the LLM. Plans compiled for the default engines, as ``python -m ayo plan``
+# prints them, use it; the passes then see judge and LLM work as one resource's.
+DEFAULT_RESOURCES: Mapping[str, str] = {"judge": "llm"}
 
 
 @dataclass(frozen=True)
@@ -121,6 +125,15 @@ def default_llm(model: str = DEFAULT_LLM, **config: Any) -> LLMEngine:
     from ayo.engines.llm import LLMEngine
 
     return LLMEngine.from_model(model, **config)
+
+
+def default_tokenizer(model: str = DEFAULT_LLM) -> Any:
+    """The LLM's tokenizer as plans use it, without loading the LLM: plans compiled with it are
+    the ones the default engines run (prompt sizes price the prefill split)."""
+    from ayo.engines.llm.loader import model_tokenizer
+    from ayo.engines.llm.tokenizer import ChatTokenizer
+
+    return ChatTokenizer(model_tokenizer(model))
 
 
 def default_embedder(model: str = DEFAULT_EMBEDDER, threads: int | None = None) -> Embedder:

@@ -205,19 +205,36 @@ def _load_gguf(path: Path) -> LoadedModel:
 
 def load_tokenizer(loaded: LoadedModel):
     """The model's tokenizer (``AutoTokenizer``), or None when the folder has none."""
+    return _load_tokenizer(loaded.path, loaded.gguf_file)
+
+
+def model_tokenizer(model: str | os.PathLike):
+    """The tokenizer of ``model`` (as ``resolve_model_path`` takes it) without reading its
+    weights: what a plan is priced with when no engine is loaded (``python -m ayo plan``)."""
+    path = resolve_model_path(model)
+    if path.is_dir():
+        ggufs = sorted(path.glob("*.gguf"))
+        if not (path / "config.json").exists() and len(ggufs) == 1:
+            path = ggufs[0]
+    if path.is_file():
+        return _load_tokenizer(path.parent, path.name)
+    return _load_tokenizer(path, None)
+
+
+def _load_tokenizer(path: Path, gguf_file: str | None):
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from transformers import AutoTokenizer
 
-    if loaded.gguf_file is None and not any(
-        (loaded.path / f).exists() for f in ("tokenizer.json", "tokenizer_config.json")
+    if gguf_file is None and not any(
+        (path / f).exists() for f in ("tokenizer.json", "tokenizer_config.json")
     ):
-        log.info("%s has no tokenizer; requests must pass token ids", loaded.path)
+        log.info("%s has no tokenizer; requests must pass token ids", path)
         return None
-    cache = _tokenizer_cache_dir(loaded)
+    cache = _tokenizer_cache_dir(path, gguf_file)
     if cache is not None and (cache / "tokenizer.json").exists():
         return AutoTokenizer.from_pretrained(str(cache))
-    kwargs = {} if loaded.gguf_file is None else {"gguf_file": loaded.gguf_file}
-    tok = AutoTokenizer.from_pretrained(str(loaded.path), **kwargs)
+    kwargs = {} if gguf_file is None else {"gguf_file": gguf_file}
+    tok = AutoTokenizer.from_pretrained(str(path), **kwargs)
     if cache is not None:
         try:
             tok.save_pretrained(str(cache))  # converting a GGUF vocabulary takes ~10 s
@@ -226,10 +243,10 @@ def load_tokenizer(loaded: LoadedModel):
     return tok
 
 
-def _tokenizer_cache_dir(loaded: LoadedModel) -> Path | None:
-    if loaded.gguf_file is None:
+def _tokenizer_cache_dir(path: Path, gguf_file: str | None) -> Path | None:
+    if gguf_file is None:
         return None
-    f = loaded.path / loaded.gguf_file
+    f = path / gguf_file
     stat = f.stat()
     root = Path(os.environ.get("AYO_CACHE_DIR", Path.home() / ".cache" / "ayo"))
     return root / "tokenizers" / f"{f.stem}-{stat.st_size}-{int(stat.st_mtime)}"

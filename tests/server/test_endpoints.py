@@ -9,6 +9,7 @@ import aiohttp
 import pytest
 
 from ayo.apps import APPS
+from ayo.runtime.defaults import DEFAULT_RESOURCES, default_tokenizer
 from ayo.runtime.plan_cache import PlanCache
 from ayo.scheduler import plan_to_json
 from ayo.workflow import InputShape
@@ -37,6 +38,10 @@ async def test_apps_list_inputs_and_the_plans_the_cli_prints(server: object) -> 
         {"name": "question", "type": "string", "required": True},
         {"name": "documents", "type": "array of strings", "required": False},
     ]
+    # the server's engines share resources as the default engines do (the judge is the LLM)
+    shared = {k: v for k, v in server.state.app.engines.resources().items() if k != v}
+    assert shared == DEFAULT_RESOURCES
+    plans = PlanCache(tokenizer=default_tokenizer(), resources=DEFAULT_RESOURCES)
     for optimize in (True, False):
         served = await _json(f"{server.url}/v1/apps?optimize={str(optimize).lower()}")
         served = {a["name"]: a["plan"] for a in served["apps"]}
@@ -44,7 +49,7 @@ async def test_apps_list_inputs_and_the_plans_the_cli_prints(server: object) -> 
             # a query of the required inputs, as `python -m ayo plan NAME --documents 0` (16
             # documents where they are required)
             sizes = {n: 16 if n == "documents" else 1 for n in app.required}
-            expected = PlanCache().get(app, InputShape.from_sizes(**sizes), optimize=optimize)
+            expected = plans.get(app, InputShape.from_sizes(**sizes), optimize=optimize)
             assert served[name] == plan_to_json(expected), name
 
 
