@@ -176,9 +176,12 @@ class Scheduler:
                 out.chunks.append(ScheduledChunk(seq, seq.num_computed_tokens, n))
                 budget -= n
                 continue
+            # It waits holding no blocks: prefix blocks it matched, kept while it waits, would
+            # pin cache that running sequences need (and several waiting ones could pin it all).
+            self.bm.free(seq)
             if not self.running and not out.chunks:  # nothing will ever free a block for it
                 self.waiting.popleft()
-                self.bm.free(seq)
+                seq.status = SeqStatus.IDLE  # queued nowhere: the core closes it
                 out.rejected.append(seq)
                 continue
             break
@@ -235,9 +238,10 @@ class Scheduler:
                 preempted.add(seq.seq_id)
                 self._preempt(seq, out)
                 continue
+            self.bm.free(seq)  # it waits holding no blocks (as above)
             if not self.running and not out.chunks:  # nothing will ever free a block for it
                 self.waiting.remove(seq)
-                self.bm.free(seq)
+                seq.status = SeqStatus.IDLE  # queued nowhere: the core closes it
                 out.rejected.append(seq)
                 continue
             break  # the sequences ranked below it wait too

@@ -105,3 +105,32 @@ def test_scheduler_budget_chunks_and_preemption():
     assert [s.seq_id for s in out.preempted] == [1]
     assert [(c.seq.seq_id, c.num_tokens) for c in out.chunks] == [(0, 1)]
     assert b.block_table == [] and b.num_computed_tokens == 0 and sch.waiting[0] is b
+
+
+def test_a_waiting_sequence_holds_no_blocks():
+    """A preempted sequence whose blocks are in the prefix cache matches them when it is next
+    considered; if it still cannot be admitted it lets them go again. (Kept, they pinned the
+    cache: the running sequence, short of a block, preempted itself and was then refused as one
+    that could never fit, although the cache holds it twice over.)"""
+    bm = BlockManager(num_blocks=6, block_size=4, enable_prefix_caching=True)
+    sch = Scheduler(bm, max_num_batched_tokens=64, max_num_seqs=8)
+    a, b = seq(0, list(range(9))), seq(1, list(range(50, 59)))  # 2 full blocks + 1 token each
+    for s in (a, b):
+        s.prefill_waiters.append(object())
+        sch.submit(s)
+
+    def step():
+        out = sch.schedule()
+        for c in out.chunks:
+            c.seq.num_computed_tokens = c.end
+            bm.commit(c.seq)
+        return out
+
+    step()  # both prefilled: 3 + 3 blocks
+    a.append([1, 2, 3, 4])  # a needs a 4th block: b is preempted, its full blocks stay cached
+    out = step()
+    assert [s.seq_id for s in out.preempted] == [1]
+    assert b in sch.waiting and b.block_table == [] and b.num_computed_tokens == 0
+    a.append([5, 6, 7, 8])  # a needs a 5th: b's cached blocks are free to take
+    out = step()
+    assert not out.rejected and not out.preempted and [c.seq for c in out.chunks] == [a]
