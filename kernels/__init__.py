@@ -6,6 +6,7 @@
 
 from .api import (
     apply_rotary,
+    apply_token_bitmask,
     implementation,
     paged_decode_attention,
     paged_prefill_attention,
@@ -22,6 +23,7 @@ __all__ = [
     "BACKENDS",
     "BackendUnavailable",
     "apply_rotary",
+    "apply_token_bitmask",
     "available_backends",
     "implementation",
     "paged_decode_attention",

@@ -36,6 +36,7 @@ def _impl(op: str, backend: str | None, device: torch.device, supported=_ALL):
             "paged_decode_attention": _ref_attention.paged_decode_attention,
             "paged_prefill_attention": _ref_attention.paged_prefill_attention,
             "sample": _ref_sampling.sample,
+            "apply_token_bitmask": _ref_sampling.apply_token_bitmask,
             "similarity_topk": _ref_similarity.similarity_topk,
         }[op]
     module = "triton_ops" if name == "triton" else "flashinfer_ops"
@@ -46,7 +47,11 @@ def implementation(op: str, device: torch.device | str, backend: str | None = No
     """The backend function behind ``op`` (e.g. ``"rms_norm"``) for ``device``, resolved once:
     what a model binds at construction so its per-token calls skip the checks and dispatch
     above. It takes the same positional arguments as the public function."""
-    supported = _NO_FLASHINFER if op in ("write_kv_cache", "similarity_topk") else _ALL
+    supported = (
+        _NO_FLASHINFER
+        if op in ("write_kv_cache", "similarity_topk", "apply_token_bitmask")
+        else _ALL
+    )
     return _impl(op, backend, torch.device(device), supported)
 
 
@@ -243,6 +248,29 @@ def sample(
         exp_noise = torch.empty(batch, vocab, device=dev).exponential_(generator=generator)
     _check(exp_noise.shape == logits.shape, "exp_noise must have the logits' shape")
     return fn(logits, temperature, top_k, top_p, exp_noise)
+
+
+def apply_token_bitmask(
+    logits: torch.Tensor,
+    bitmask: torch.Tensor,
+    rows: torch.Tensor | None = None,
+    *,
+    backend: str | None = None,
+) -> None:
+    """Constrained decoding's mask, in place: ``logits [B, V]``, ``bitmask [R, W]`` int32 (bit
+    ``j % 32`` of word ``j // 32`` allows token ``j``, as xgrammar and llguidance fill it), for
+    the rows ``rows [R]`` (default: all ``B``, then ``R == B``). Blocked tokens (bit 0, or
+    ``j >= 32 * W``) get -inf; allowed ones keep their logit. One operation for the batch."""
+    _check(logits.dim() == 2, "logits must be [B, V]")
+    _check(bitmask.dim() == 2 and bitmask.dtype == torch.int32, "bitmask must be int32 [R, W]")
+    if rows is None:
+        rows = torch.arange(logits.shape[0], device=logits.device)
+    _check(rows.dim() == 1 and len(rows) == bitmask.shape[0], "rows must be [R], one per mask")
+    if rows.device.type == "cpu" and len(rows):  # checked where it costs no device sync
+        _check(int(rows.min()) >= 0 and int(rows.max()) < logits.shape[0], "rows out of range")
+    if len(rows):
+        fn = _impl("apply_token_bitmask", backend, logits.device, _NO_FLASHINFER)
+        fn(logits, bitmask.to(logits.device), rows.to(logits.device))
 
 
 def similarity_topk(

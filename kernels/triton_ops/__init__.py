@@ -10,11 +10,12 @@ from .attention_prefill import paged_prefill_attention
 from .kv_cache import write_kv_cache
 from .norm import rms_norm
 from .rotary import apply_rotary
-from .sampling import sample
+from .sampling import apply_token_bitmask, sample
 from .similarity import similarity_topk
 
 __all__ = [
     "apply_rotary",
+    "apply_token_bitmask",
     "paged_decode_attention",
     "paged_prefill_attention",
     "rms_norm",

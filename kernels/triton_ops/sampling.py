@@ -118,3 +118,27 @@ def sample(logits, temperature, top_k, top_p, exp_noise):
         BLOCK=min(pow2(vocab, 16), 4096),
     )  # fmt: skip
     return out
+
+
+@triton.jit
+def _bitmask_kernel(logits_ptr, mask_ptr, rows_ptr, logits_s0, mask_s0, vocab, words,
+                    BLOCK: tl.constexpr):  # fmt: skip
+    """Program (i, tile): row ``rows[i]`` of the logits, tokens ``[tile * BLOCK, +BLOCK)``; a
+    token whose bit is 0 (or beyond the mask's ``words * 32``) becomes -inf."""
+    i = tl.program_id(0).to(tl.int64)
+    cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+    row = tl.load(rows_ptr + i).to(tl.int64)
+    word = tl.load(mask_ptr + i * mask_s0 + cols // 32, mask=cols < words * 32, other=0)
+    bit = (word >> (cols % 32)) & 1
+    ptrs = logits_ptr + row * logits_s0 + cols
+    tl.store(ptrs, float("-inf"), mask=(cols < vocab) & (bit == 0))
+
+
+def apply_token_bitmask(logits, bitmask, rows):
+    vocab = logits.shape[1]
+    block = 1024
+    grid = (len(rows), triton.cdiv(vocab, block))
+    _bitmask_kernel[grid](
+        logits, bitmask, rows, logits.stride(0), bitmask.stride(0), vocab, bitmask.shape[1],
+        BLOCK=block,
+    )  # fmt: skip

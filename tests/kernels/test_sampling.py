@@ -81,3 +81,39 @@ def test_seeded_draws_are_reproducible():
 def test_invalid_parameters(kwargs, message):
     with pytest.raises(ValueError, match=message):
         K.sample(torch.randn(2, 10), **kwargs)
+
+
+def _bits_to_allowed(bitmask: torch.Tensor, vocab: int) -> torch.Tensor:
+    """The plain reading of a token bitmask: token j allowed iff bit j % 32 of word j // 32."""
+    j = torch.arange(vocab, device=bitmask.device)
+    words = bitmask[:, (j // 32).clamp(max=bitmask.shape[1] - 1)]
+    bit = ((words >> (j % 32).to(torch.int32)) & 1).bool()
+    return bit & (j < 32 * bitmask.shape[1])
+
+
+@pytest.mark.parametrize("vocab", [33, 1000, 5003])
+@pytest.mark.parametrize("backend", ["torch", "triton"])
+def test_token_bitmask_blocks_exactly_the_zero_bits(vocab, backend):
+    """Both backends against the bit-by-bit reading, on a subset of rows, a mask narrower than
+    the vocabulary (the rest blocked) and negative words (bit 31 set)."""
+    gen = torch.Generator().manual_seed(vocab)
+    logits = torch.randn(5, vocab, generator=gen).to(DEVICE)
+    rows = torch.tensor([3, 0, 4], device=DEVICE)
+    words = (vocab + 31) // 32 - (1 if vocab > 64 else 0)
+    bitmask = torch.randint(-(2**31), 2**31 - 1, (3, words), generator=gen, dtype=torch.int32)
+    bitmask = bitmask.to(DEVICE)
+    out = logits.clone()
+    K.apply_token_bitmask(out, bitmask, rows, backend=backend)
+    expected = logits.clone()
+    expected[rows] = logits[rows].masked_fill(~_bits_to_allowed(bitmask, vocab), float("-inf"))
+    assert torch.equal(out, expected)
+
+
+def test_a_masked_draw_never_picks_a_blocked_token():
+    logits = torch.randn(2000, 64)
+    bitmask = torch.zeros(2000, 2, dtype=torch.int32)
+    bitmask[:, 0] = 0b1011  # tokens 0, 1, 3
+    bitmask[:, 1] = 1 << 30  # token 62
+    K.apply_token_bitmask(logits, bitmask)
+    ids = K.sample(logits, 1.5, generator=torch.Generator().manual_seed(0))
+    assert set(ids.tolist()) == {0, 1, 3, 62}
