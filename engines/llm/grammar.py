@@ -1,0 +1,139 @@
+"""Structured output: a :class:`~.sampling.Grammar` compiled against the model's vocabulary, one
+matcher per constrained decode, and the batch's token bitmask.
+
+The grammar library is xgrammar, chosen by ``python -m benchmarks.grammar`` (docs/engines.md):
+on this CPU its matchers fill their masks and accept a token in ~16 us at batch 1 and ~80 us for
+16 sequences, against ~40 and ~450 us for llguidance; both are far below a decode step (46 and
+115 ms).
+The mask is applied by our own kernel (``ayo.kernels.apply_token_bitmask``): one call for the
+batch's constrained rows, a Triton kernel on a GPU.
+
+Compilation takes milliseconds (more for large schemas), so it never runs on the engine's worker
+thread nor on the event loop: ``GrammarCompiler.submit`` compiles on a thread of its own and
+caches the result by grammar (an LRU of ``max_entries``); a decode waits for its grammar without
+holding up the other sequences' steps.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import json
+import logging
+import re
+import threading
+from collections import OrderedDict
+from typing import Any
+
+import torch
+
+from .errors import InvalidRequest
+from .sampling import Grammar
+
+log = logging.getLogger(__name__)
+_LOCATION = re.compile(r"\[[\d:]+\] \S+:\d+: ")  # xgrammar's "[16:27:01] file.cc:4944: "
+
+
+class GrammarCompiler:
+    """Compiles grammars for one vocabulary (the model's ``vocab_size`` logits; the tokenizer's
+    tokens; ``stop_ids`` end a constrained decode as they end a free one)."""
+
+    def __init__(
+        self, hf_tokenizer: Any, vocab_size: int, stop_ids: frozenset[int], max_entries: int = 256
+    ) -> None:
+        self.hf_tokenizer = hf_tokenizer
+        self.vocab_size = vocab_size
+        self.stop_ids = sorted(stop_ids)
+        self.max_entries = max_entries
+        self._compiler: Any = None  # built on first use (reading the vocabulary takes ~0.3 s)
+        self._cache: OrderedDict[Grammar, Any] = OrderedDict()
+        self._pending: dict[Grammar, concurrent.futures.Future] = {}
+        self._lock = threading.Lock()
+        self._pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="ayo-grammar")
+
+    def submit(self, grammar: Grammar) -> concurrent.futures.Future:
+        """A future of the compiled grammar: already done when cached; one compile per grammar
+        however many decodes ask for it meanwhile. Its exception is ``InvalidRequest`` naming
+        what the library refused."""
+        with self._lock:
+            if grammar in self._cache:
+                self._cache.move_to_end(grammar)
+                fut: concurrent.futures.Future = concurrent.futures.Future()
+                fut.set_result(self._cache[grammar])
+                return fut
+            fut = self._pending.get(grammar)
+            if fut is None:
+                fut = self._pending[grammar] = self._pool.submit(self._compile, grammar)
+            return fut
+
+    def compile(self, grammar: Grammar) -> Any:
+        """The compiled grammar, compiled in the caller's thread when not cached."""
+        return self.submit(grammar).result()
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+    def _compile(self, grammar: Grammar) -> Any:
+        try:
+            compiled = self._build(grammar)
+        except InvalidRequest:
+            raise
+        except Exception as exc:  # the library's message names the problem
+            why = _LOCATION.sub("", str(exc)).strip()
+            raise InvalidRequest(f"the {grammar.kind} grammar does not compile: {why}") from None
+        finally:
+            with self._lock:
+                self._pending.pop(grammar, None)
+        with self._lock:
+            self._cache[grammar] = compiled
+            while len(self._cache) > self.max_entries:
+                self._cache.popitem(last=False)
+        return compiled
+
+    def _build(self, grammar: Grammar) -> Any:
+        import xgrammar as xgr
+
+        if self._compiler is None:
+            if self.hf_tokenizer is None:
+                raise InvalidRequest("this model has no tokenizer: constrained decoding needs one")
+            info = xgr.TokenizerInfo.from_huggingface(
+                self.hf_tokenizer, vocab_size=self.vocab_size, stop_token_ids=self.stop_ids
+            )
+            self._compiler = xgr.GrammarCompiler(info, max_threads=1, cache_enabled=False)
+        c = self._compiler
+        if grammar.kind == "json_object":
+            return c.compile_json_schema('{"type": "object"}', any_whitespace=False)
+        if grammar.kind == "json_schema":
+            return c.compile_json_schema(grammar.spec, any_whitespace=False, strict_mode=True)
+        if grammar.kind == "regex":
+            return c.compile_regex(grammar.spec)
+        # choice: an EBNF alternation of string literals (JSON's escapes are the EBNF's)
+        options = " | ".join(json.dumps(o) for o in grammar.schema)
+        return c.compile_grammar(f"root ::= {options}")
+
+
+class GrammarMatcher:
+    """Where one constrained decode stands in its grammar: fills its row of the batch's
+    bitmask, advances with each accepted token. Owned by the worker thread (``DecodeState``);
+    a preempted sequence keeps it (recompute redoes KV, not tokens)."""
+
+    def __init__(self, compiled: Any) -> None:
+        import xgrammar as xgr
+
+        self._m = xgr.GrammarMatcher(compiled, terminate_without_stop_token=True)
+
+    def fill(self, bitmask: torch.Tensor, row: int) -> None:
+        self._m.fill_next_token_bitmask(bitmask, row)
+
+    def accept(self, token: int) -> None:
+        if not self._m.accept_token(token):
+            raise InvalidRequest(f"token {token} does not continue the grammar")
+
+    @property
+    def done(self) -> bool:
+        """The grammar is complete and nothing may follow: the decode ends (``stop``)."""
+        return self._m.is_terminated()
+
+
+def allocate_bitmask(rows: int, vocab_size: int) -> torch.Tensor:
+    """An int32 ``[rows, ceil(vocab / 32)]`` bitmask, every token allowed."""
+    return torch.full((rows, (vocab_size + 31) // 32), -1, dtype=torch.int32)
