@@ -226,6 +226,21 @@ async def test_app_model_runs_the_app(client, server):
         ("/v1/completions", {"model": MODEL, "prompt": "x", "repetition_penalty": 0}, 400,
          "repetition_penalty"),
         ("/v1/chat/completions", b"[" * 100_000 + b"]" * 100_000, 400, "nested too deeply"),
+        # structured output: malformed, contradictory, uncompilable, or asked of an app
+        ("/v1/chat/completions", {"model": MODEL, "messages": MESSAGES,
+         "response_format": {"type": "yaml"}}, 400, "response_format.type"),
+        ("/v1/chat/completions", {"model": MODEL, "messages": MESSAGES,
+         "response_format": {"type": "json_schema", "json_schema": {"name": "x"}}}, 400,
+         "'schema'"),
+        ("/v1/chat/completions", {"model": MODEL, "messages": MESSAGES,
+         "response_format": {"type": "json_object"}, "guided_regex": "a+"}, 400, "at most one"),
+        ("/v1/chat/completions", {"model": MODEL, "messages": MESSAGES,
+         "guided_choice": []}, 400, "guided_choice"),
+        ("/v1/chat/completions", {"model": MODEL, "messages": MESSAGES, "response_format":
+         {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "tensor"}}}},
+         400, "tensor"),
+        ("/v1/chat/completions", {"model": "app:short_rag", "messages": MESSAGES,
+         "response_format": {"type": "json_object"}}, 400, "structured output"),
     ],
 )  # fmt: skip
 async def test_errors(server_url, path, body, status, needle):
@@ -234,6 +249,44 @@ async def test_errors(server_url, path, body, status, needle):
     assert set(data) == {"error"} and needle in data["error"]["message"]
     expected_type = {400: "invalid_request_error", 404: "not_found_error"}[status]
     assert data["error"]["type"] == expected_type
+
+
+async def test_structured_output_through_the_openai_client(client, server):
+    """``response_format`` json_schema (strict) and json_object, and vLLM's guided_choice, as
+    the ``openai`` package sends them; the schema's answer equals the engine's own constrained
+    greedy decode, and it streams the same text."""
+    from ayo.engines.llm.sampling import Grammar
+
+    schema = {
+        "type": "object",
+        "properties": {
+            "city": {"type": "string", "maxLength": 20},
+            "country": {"type": "string", "maxLength": 20},
+        },
+        "required": ["city", "country"],
+        "additionalProperties": False,
+    }
+    fmt = {
+        "type": "json_schema",
+        "json_schema": {"name": "place", "schema": schema, "strict": True},
+    }
+    kw = {"model": MODEL, "messages": MESSAGES, "max_tokens": 40, "temperature": 0}
+    reply = await client.chat.completions.create(**kw, response_format=fmt)
+    data = json.loads(reply.choices[0].message.content)
+    assert set(data) == {"city", "country"} and reply.choices[0].finish_reason == "stop"
+    ids = server.state.llm.apply_chat_template(MESSAGES)
+    ref = engine_generate(server, ids, max_tokens=40, grammar=Grammar.json_schema(schema))
+    assert reply.choices[0].message.content == ref.text
+    stream = await client.chat.completions.create(**kw, response_format=fmt, stream=True)
+    text = "".join([c.choices[0].delta.content or "" async for c in stream if c.choices])
+    assert text == ref.text
+    reply = await client.chat.completions.create(**kw, response_format={"type": "json_object"})
+    if reply.choices[0].finish_reason == "stop":
+        assert isinstance(json.loads(reply.choices[0].message.content), dict)
+    reply = await client.chat.completions.create(
+        **kw, extra_body={"guided_choice": ["Paris", "Lyon"]}
+    )
+    assert reply.choices[0].message.content in ("Paris", "Lyon")
 
 
 async def test_prompt_over_context_window_is_422(server_url, server):

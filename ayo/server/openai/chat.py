@@ -121,6 +121,11 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
         "model": model,
     }
     if kind == "app":
+        if params.grammar is not None:
+            raise bad_request(
+                f"model {model!r} is an app, whose answer its workflow writes: structured output "
+                f"(response_format, guided_*) applies to {state.llm_id!r}"
+            )
         return await _app_chat(request, state, model.removeprefix("app:"), messages, head, opts)
     llm = state.llm
     if not llm.tokenizer.has_chat_template:

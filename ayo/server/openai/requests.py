@@ -7,6 +7,12 @@ implemented (``n`` > 1, ``logprobs``, ``echo``, tools, ``logit_bias``) are refus
 rather than ignored. Unknown fields are ignored, as OpenAI-compatible servers do (clients send
 vendor extras). Extensions (as vLLM's server): ``top_k``, ``ignore_eos`` and
 ``repetition_penalty``.
+
+Structured output: ``response_format`` ``{"type": "json_object"}`` (any JSON object) and
+``{"type": "json_schema", "json_schema": {"name", "schema", "strict"}}`` (JSON valid against the
+schema), and vLLM's extensions ``guided_json`` (a schema), ``guided_regex`` and
+``guided_choice`` (a list of strings); at most one of them. A schema the grammar library cannot
+compile is a 400 from the engine, naming the problem.
 """
 
 from __future__ import annotations
@@ -16,7 +22,8 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from ayo.engines.llm.sampling import SamplingParams
+from ayo.engines.errors import InvalidRequest
+from ayo.engines.llm.sampling import Grammar, SamplingParams
 from ayo.server.errors import ApiError, bad_request, field, integral, not_found, number_in
 from ayo.server.patterns import PROMPT_CHARACTER
 from ayo.server.state import ServerState
@@ -86,9 +93,51 @@ def parse_sampling(
         stop=parse_stop(body),
         ignore_eos=field(body, "ignore_eos", bool, False),
         repetition_penalty=repetition_penalty,
+        grammar=parse_grammar(body),
         **penalties,
     )
     return params, max_tokens
+
+
+GUIDED = ("guided_json", "guided_regex", "guided_choice")
+
+
+def parse_grammar(body: dict[str, Any]) -> Grammar | None:
+    """The grammar a request's ``response_format`` or ``guided_*`` field asks for (None: free
+    text); 400 naming the field when it is malformed or more than one is given."""
+    fmt = field(body, "response_format", dict, None)
+    kind = None if fmt is None else fmt.get("type", "text")
+    given = [n for n in GUIDED if body.get(n) is not None]
+    if kind not in (None, "text"):
+        given.insert(0, "response_format")
+    if len(given) > 1:
+        raise bad_request(f"fields {given} each constrain the output: give at most one")
+    try:
+        if kind == "json_object":
+            return Grammar.json_object()
+        if kind == "json_schema":
+            spec = fmt.get("json_schema")
+            if not isinstance(spec, dict) or "schema" not in spec:
+                raise bad_request(
+                    "field 'response_format.json_schema' must be an object with a 'schema' "
+                    '(e.g. {"name": "answer", "schema": {"type": "object"}, "strict": true})'
+                )
+            return Grammar.json_schema(spec["schema"])
+        if kind not in (None, "text"):
+            raise bad_request(
+                "field 'response_format.type' must be 'text', 'json_object' or 'json_schema', "
+                f"got {kind!r:.40}"
+            )
+        if body.get("guided_json") is not None:
+            return Grammar.json_schema(body["guided_json"])
+        if body.get("guided_regex") is not None:
+            return Grammar.regex(field(body, "guided_regex", str))
+        if body.get("guided_choice") is not None:
+            return Grammar.choice(field(body, "guided_choice", list))
+    except InvalidRequest as exc:
+        where = given[0] if given else "response_format"
+        raise bad_request(f"field {where!r}: {exc}") from None
+    return None
 
 
 def parse_stop(body: dict[str, Any]) -> tuple[str, ...]:
@@ -115,9 +164,6 @@ def _refuse_unsupported(body: dict[str, Any]) -> None:
         value = body.get(name)
         if value not in (None, False, 0, "", [], {}):
             raise bad_request(f"field {name!r} is not supported by this server")
-    fmt = field(body, "response_format", dict, None)
-    if fmt is not None and fmt.get("type", "text") != "text":
-        raise bad_request("field 'response_format' supports only {'type': 'text'}")
 
 
 def parse_prompts(body: dict[str, Any]) -> list[str | list[int]]:

@@ -98,6 +98,28 @@ _SAMPLING = {
         "default": False,
         "description": "extension: keep generating past the end-of-sequence token",
     },
+    "response_format": {
+        "type": ["object", "null"],
+        "description": "structured output: {'type': 'text'}, {'type': 'json_object'} or "
+        "{'type': 'json_schema', 'json_schema': {'name', 'schema', 'strict'}}; a schema the "
+        "grammar library cannot compile is a 400",
+        "properties": {"type": {"enum": ["text", "json_object", "json_schema"]}},
+    },
+    "guided_json": {
+        "type": ["object", "boolean", "null"],
+        "description": "extension (vLLM): a JSON schema the output must satisfy",
+    },
+    "guided_regex": {
+        "type": ["string", "null"],
+        "minLength": 1,
+        "description": "extension (vLLM): a regular expression the output must match in full",
+    },
+    "guided_choice": {
+        "type": ["array", "null"],
+        "items": {"type": "string", "minLength": 1},
+        "minItems": 1,
+        "description": "extension (vLLM): the output is exactly one of these strings",
+    },
     "stream": {"type": "boolean", "default": False},
     "stream_options": {
         "type": ["object", "null"],
