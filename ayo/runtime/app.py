@@ -39,7 +39,7 @@ from ayo.scheduler.sim.simulation import VirtualClockLoop
 from ayo.workflow import InputShape, Workflow
 
 if TYPE_CHECKING:
-    from ayo.engines.llm.outputs import DecodeEnd
+    from ayo.engines.llm.outputs import DecodeEnd, DecodePiece
     from ayo.engines.llm.sampling import SamplingParams
     from ayo.runtime.defaults import EngineOptions
 
@@ -259,12 +259,13 @@ class App:
         *,
         deadline: float | None = None,
         wait: bool = True,
-        on_piece: Callable[[str], None] | None = None,
+        on_piece: Callable[[DecodePiece], None] | None = None,
     ) -> DecodeEnd:
         """Decode ``params`` after ``prompt`` (token ids) on the LLM named ``llm``: the OpenAI
         endpoints' one-primitive workflow (``ayo.apps.completion``), run as any query is (the
-        same admission, the LLM's step order, metrics and traces). ``on_piece`` gets the text
-        as it is written. Returns the decode's end: text, finish reason, token counts."""
+        same admission, the LLM's step order, metrics and traces). ``on_piece`` gets each
+        :class:`DecodePiece` as it is written (its text, and its log-probabilities when
+        ``params.logprobs`` asks). Returns the decode's end: text, finish reason, token counts."""
         inputs = {"prompt": prompt, "params": params}
         result = await self._run(COMPLETION.name, inputs, True, deadline, on_piece, wait)
         return result.outputs["completion"]
@@ -280,14 +281,14 @@ class App:
     ) -> AsyncIterator[StreamEvent]:
         """Like :meth:`run`, yielding the answer's text as it is decoded, then the result.
         Leaving the loop early cancels the query (and releases its engine state)."""
-        pieces: asyncio.Queue[str | None] = asyncio.Queue()
+        pieces: asyncio.Queue[Any] = asyncio.Queue()
         task = asyncio.ensure_future(
             self._run(name, inputs, _passes(optimize), deadline, pieces.put_nowait, wait)
         )
         task.add_done_callback(lambda _: pieces.put_nowait(None))
         try:
             while (piece := await pieces.get()) is not None:
-                yield StreamEvent(delta=piece)
+                yield StreamEvent(delta=piece.text)
             yield StreamEvent(result=task.result())
         finally:
             if not task.done():
@@ -301,7 +302,7 @@ class App:
         inputs: Mapping[str, Any],
         optimize: Optimize,
         deadline: float | None,
-        on_piece: Callable[[str], None] | None,
+        on_piece: Callable[[Any], None] | None,
         wait: bool,
     ) -> QueryResult:
         """One query, holding one of the ``max_queries`` slots (one coroutine for all of it:

@@ -33,8 +33,9 @@ if TYPE_CHECKING:
         GenerationResult,
         LLMStats,
         SequenceHandle,
+        TokenLogprobs,
     )
-    from .sampling import SamplingParams
+    from .sampling import Grammar, SamplingParams
     from .stream import DecodeStream
     from .tokenizer import ChatTokenizer
 
@@ -55,6 +56,8 @@ _EXPORTS = {
     "GenerationResult": "outputs",
     "LLMStats": "outputs",
     "SequenceHandle": "outputs",
+    "TokenLogprobs": "outputs",
+    "Grammar": "sampling",
     "SamplingParams": "sampling",
     "DecodeStream": "stream",
     "ChatTokenizer": "tokenizer",
@@ -71,6 +74,7 @@ __all__ = [
     "EngineConfig",
     "EngineError",
     "GenerationResult",
+    "Grammar",
     "InvalidRequest",
     "LLMEngine",
     "LLMStats",
@@ -79,6 +83,7 @@ __all__ = [
     "SamplingParams",
     "SequenceClosed",
     "SequenceHandle",
+    "TokenLogprobs",
     "UnknownSequence",
 ]
 

@@ -23,7 +23,7 @@ from .commands import Decode, Score
 from .detokenizer import IncrementalDetokenizer
 from .errors import InvalidRequest
 from .grammar import GrammarMatcher, allocate_bitmask
-from .outputs import CandidateScore, DecodeEnd, DecodePiece, EngineCounters
+from .outputs import CandidateScore, DecodeEnd, DecodePiece, EngineCounters, TokenLogprobs
 from .runner import sample_tokens
 from .sampling import SamplingParams
 from .scheduler import Scheduler
@@ -148,18 +148,23 @@ class Decoder:
         fails."""
         tokens = run_isolated(rows, self._sample_tokens, "sampling")
         now = time.perf_counter()
-        for (seq, _), tok in zip(rows, tokens):
-            if isinstance(tok, Exception):
-                self.fail(seq, tok)
+        for (seq, _), drawn in zip(rows, tokens):
+            if isinstance(drawn, Exception):
+                self.fail(seq, drawn)
                 continue
             self.counters.generated += 1
             try:
-                self._accept(seq, tok, now)
+                self._accept(seq, *drawn, now)
             except Exception as exc:
                 self.fail(seq, exc)
 
-    def _sample_tokens(self, rows: Sequence_[tuple[Sequence, torch.Tensor]]) -> list[int]:
+    def _sample_tokens(
+        self, rows: Sequence_[tuple[Sequence, torch.Tensor]]
+    ) -> list[tuple[int, TokenLogprobs | None]]:
         logits = torch.stack([r for _, r in rows])  # a copy: the penalties do not touch rows
+        asked = [i for i, (seq, _) in enumerate(rows) if seq.decode.params.logprobs is not None]
+        # the model's own distribution, before penalties, grammar and temperature
+        logp = torch.log_softmax(logits[asked].float(), dim=-1) if asked else None
         constrained = []
         for i, (seq, _) in enumerate(rows):
             if seq.decode.params.penalized:
@@ -171,9 +176,16 @@ class Decoder:
             for k, i in enumerate(constrained):
                 rows[i][0].decode.grammar.fill(bitmask, k)
             kernels.apply_token_bitmask(logits, bitmask, torch.tensor(constrained))
-        return sample_tokens(logits, [seq.decode for seq, _ in rows])
+        tokens = sample_tokens(logits, [seq.decode for seq, _ in rows])
+        out: list[tuple[int, TokenLogprobs | None]] = [(t, None) for t in tokens]
+        for k, i in enumerate(asked):
+            top = rows[i][0].decode.params.logprobs
+            values, ids = logp[k].topk(top) if top else (logp[k][:0], logp[k][:0].long())
+            alternatives = tuple(zip(ids.tolist(), values.tolist()))
+            out[i] = (tokens[i], TokenLogprobs(float(logp[k, tokens[i]]), alternatives))
+        return out
 
-    def _accept(self, seq: Sequence, tok: int, now: float) -> None:
+    def _accept(self, seq: Sequence, tok: int, logprobs: TokenLogprobs | None, now: float) -> None:
         st = seq.decode
         params = st.params
         if st.grammar is not None:
@@ -203,7 +215,7 @@ class Decoder:
         end = len(st.text)
         if reason is None and params.stop:
             end -= held_back(st.text, params.stop)
-        piece = DecodePiece(tok, st.text[emitted:end], len(st.output_ids) - 1)
+        piece = DecodePiece(tok, st.text[emitted:end], len(st.output_ids) - 1, logprobs)
         self.post(st.emit, piece)
         if reason is not None:
             self.end_decode(seq, reason)

@@ -13,13 +13,24 @@ class SequenceHandle:
 
 
 @dataclass(frozen=True)
+class TokenLogprobs:
+    """A generated token's log-probability and, most likely first, the ``top`` alternatives
+    (token id, log-probability) asked for (``SamplingParams.logprobs``): the model's own
+    distribution, before penalties, grammar and temperature (as vLLM reports by default)."""
+
+    logprob: float
+    top: tuple[tuple[int, float], ...] = ()
+
+
+@dataclass(frozen=True)
 class DecodePiece:
     """One generated token and the text it completes (may be empty while a multi-byte
-    character or a stop string is still undecided)."""
+    character or a stop string is still undecided); ``logprobs`` when the decode asked."""
 
     token_id: int
     text: str
     index: int  # 0 for the first generated token
+    logprobs: TokenLogprobs | None = None
 
 
 @dataclass(frozen=True)

@@ -89,6 +89,9 @@ class SamplingParams:
     ``frequency_penalty`` and ``presence_penalty`` as OpenAI's API (over the output tokens:
     ``logit -= frequency * count + presence * (count > 0)``; 0 is off).
 
+    ``logprobs``: each piece carries its token's log-probability and the ``logprobs`` likeliest
+    alternatives (0 to 20; None: none).
+
     ``grammar``: constrained decoding (structured output): every token is one the grammar
     allows next, and the decode stops when the grammar is complete (see :class:`Grammar`).
     """
@@ -104,6 +107,7 @@ class SamplingParams:
     frequency_penalty: float = 0.0
     presence_penalty: float = 0.0
     grammar: Grammar | None = None
+    logprobs: int | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.stop, str):
@@ -138,6 +142,12 @@ class SamplingParams:
                 )
         if any(not isinstance(s, str) or not s for s in self.stop):
             raise InvalidRequest("stop strings must be non-empty strings")
+        if self.logprobs is not None and (
+            not _is_int(self.logprobs) or not 0 <= self.logprobs <= MAX_LOGPROBS
+        ):
+            raise InvalidRequest(
+                f"logprobs must be an integer in [0, {MAX_LOGPROBS}] or None, got {self.logprobs}"
+            )
         if self.grammar is not None and not isinstance(self.grammar, Grammar):
             raise InvalidRequest(f"grammar must be a Grammar, got {type(self.grammar).__name__}")
 
@@ -153,6 +163,7 @@ class SamplingParams:
 MAX_TEMPERATURE = 2.0
 MIN_TOP_P = 1e-9
 MAX_PENALTY = 2.0
+MAX_LOGPROBS = 20  # OpenAI's top_logprobs limit
 
 
 def _is_int(value: object) -> bool:

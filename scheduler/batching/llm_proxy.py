@@ -240,7 +240,7 @@ class _Decode:
         self.pieces += 1
         info = self._info
         if info is not None:
-            info.query.decoded(info.facts.node_id, piece.text)
+            info.query.decoded(info.facts.node_id, piece)
         return piece
 
     async def _begin(self) -> DecodeStreamProtocol:

@@ -64,7 +64,8 @@ class GraphRun:
         costs: :meth:`PlanCosts.of` the plan (compute it once per plan and pass it); the
             default profiles' estimates if None.
         deadline: absolute time on ``clock`` by which the query must end, or None.
-        stream_nodes: decode nodes whose pieces go to ``on_piece``.
+        stream_nodes: decode nodes whose pieces go to ``on_piece`` (each has ``.text``; an LLM
+            engine's are ``DecodePiece``s, with ``.logprobs`` where the decode asked).
         on_control: called with (node, start, end, ok) for each control primitive (traces).
         clock: seconds; ``time.monotonic`` unless told otherwise.
     """
@@ -79,7 +80,7 @@ class GraphRun:
         costs: PlanCosts | None = None,
         deadline: float | None = None,
         stream_nodes: frozenset[str] = frozenset(),
-        on_piece: Callable[[str], None] | None = None,
+        on_piece: Callable[[Any], None] | None = None,
         on_control: Callable[[Node, float, float, bool], None] | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -110,9 +111,10 @@ class GraphRun:
         """The query's remaining critical-path time: the most of its running primitives'."""
         return max(self._active.values(), default=0.0)
 
-    def decoded(self, node_id: str, text: str) -> None:
+    def decoded(self, node_id: str, piece: Any) -> None:
+        """A piece (``.text``, and ``.logprobs`` where the decode asked) a decode wrote."""
         if self._on_piece is not None and node_id in self._stream_nodes:
-            self._on_piece(text)
+            self._on_piece(piece)
 
     # -- the query ----------------------------------------------------------------------------
     async def run(self) -> dict[str, Any]:

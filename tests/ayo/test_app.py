@@ -169,9 +169,9 @@ async def test_a_completion_is_a_query_with_a_trace_and_shares_the_admission() -
         rows = [(s.node_id, s.engine) for s in result.trace.spans]
         assert rows == [("completion.generate", "llm")] * 2  # its prefill, then its decode
         assert "@completion" not in app.workflows  # internal: not an app
-        pieces: list[str] = []
+        pieces: list = []
         assert (await app.complete(ids, params, on_piece=pieces.append)).text == end.text
-        assert "".join(pieces) == end.text
+        assert "".join(p.text for p in pieces) == end.text
         query = asyncio.ensure_future(app.run("naive_rag", {"question": "bread"}))
         await asyncio.sleep(0.005)
         with pytest.raises(QueueFull, match="1 queries are in flight"):

@@ -25,6 +25,17 @@ async def client(server_url):
     await c.close()
 
 
+async def _decode_pieces(llm, messages, **sampling):
+    """The engine's own decode pieces for a chat conversation (on the server's loop)."""
+    from ayo.engines.llm import SamplingParams
+
+    seq = await llm.open(llm.apply_chat_template(messages))
+    try:
+        return [p async for p in llm.decode(seq, SamplingParams(**sampling))]
+    finally:
+        await llm.close(seq)
+
+
 def engine_generate(server, prompt, **sampling):
     """The LLM engine's own result for ``prompt`` (text or ids), on the server's loop."""
     from ayo.engines.llm import SamplingParams
@@ -241,6 +252,14 @@ async def test_app_model_runs_the_app(client, server):
          400, "tensor"),
         ("/v1/chat/completions", {"model": "app:short_rag", "messages": MESSAGES,
          "response_format": {"type": "json_object"}}, 400, "structured output"),
+        # logprobs: OpenAI's ranges and pairing, and not for an app's answer
+        ("/v1/chat/completions", {"model": MODEL, "messages": MESSAGES, "top_logprobs": 2}, 400,
+         "needs 'logprobs'"),
+        ("/v1/chat/completions", {"model": MODEL, "messages": MESSAGES, "logprobs": True,
+         "top_logprobs": 21}, 400, "top_logprobs"),
+        ("/v1/completions", {"model": MODEL, "prompt": "x", "logprobs": 6}, 400, "'logprobs'"),
+        ("/v1/chat/completions", {"model": "app:short_rag", "messages": MESSAGES,
+         "logprobs": True}, 400, "logprobs"),
     ],
 )  # fmt: skip
 async def test_errors(server_url, path, body, status, needle):
@@ -287,6 +306,39 @@ async def test_structured_output_through_the_openai_client(client, server):
         **kw, extra_body={"guided_choice": ["Paris", "Lyon"]}
     )
     assert reply.choices[0].message.content in ("Paris", "Lyon")
+
+
+async def test_logprobs_through_the_openai_client(client, server):
+    """Chat ``logprobs`` / ``top_logprobs`` and completions' ``logprobs`` N: one entry per
+    generated token, the greedy token the likeliest of its alternatives, the log-probabilities
+    the engine's own; streamed chunks carry the same entries."""
+    kw = {"model": MODEL, "messages": MESSAGES, "max_tokens": 8, "temperature": 0}
+    reply = await client.chat.completions.create(**kw, logprobs=True, top_logprobs=2)
+    content = reply.choices[0].logprobs.content
+    assert len(content) == reply.usage.completion_tokens
+    assert "".join(e.token for e in content).startswith(reply.choices[0].message.content)
+    for e in content:
+        assert len(e.top_logprobs) == 2 and e.logprob <= 0
+        assert e.top_logprobs[0].logprob >= e.top_logprobs[1].logprob
+        assert e.logprob == pytest.approx(e.top_logprobs[0].logprob)  # greedy: the likeliest
+        assert bytes(e.bytes).decode() == e.token
+    ref = server.call(_decode_pieces(server.state.llm, MESSAGES, max_tokens=8, logprobs=2))
+    assert [e.logprob for e in content] == pytest.approx([p.logprobs.logprob for p in ref])
+    stream = await client.chat.completions.create(**kw, logprobs=True, top_logprobs=2, stream=True)
+    streamed = [e async for c in stream if c.choices and c.choices[0].logprobs
+                for e in c.choices[0].logprobs.content]  # fmt: skip
+    assert [(e.token, e.logprob) for e in streamed] == [(e.token, e.logprob) for e in content]
+    plain = await client.chat.completions.create(**kw)
+    assert plain.choices[0].logprobs is None
+    done = await client.completions.create(
+        model=MODEL, prompt="The capital of France is", max_tokens=5, temperature=0, logprobs=3
+    )
+    lp, n = done.choices[0].logprobs, done.usage.completion_tokens
+    assert len(lp.tokens) == len(lp.token_logprobs) == len(lp.top_logprobs) == n
+    assert "".join(lp.tokens).startswith(done.choices[0].text)
+    assert lp.text_offset == [sum(len(t) for t in lp.tokens[:i]) for i in range(n)]
+    assert all(len(top) <= 3 and max(top.values()) == pytest.approx(v)
+               for top, v in zip(lp.top_logprobs, lp.token_logprobs))  # fmt: skip
 
 
 async def test_prompt_over_context_window_is_422(server_url, server):

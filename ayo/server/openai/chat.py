@@ -51,6 +51,36 @@ def count_tokens(llm: Any, text: str) -> int:
     return len(llm.tokenizer.encode(text))
 
 
+def _entry(llm: Any, token_id: int, logprob: float) -> dict[str, Any]:
+    text = llm.tokenizer.decode([token_id])
+    return {"token": text, "logprob": logprob, "bytes": list(text.encode())}
+
+
+def chat_logprobs(llm: Any, tokens: Any) -> dict[str, Any]:
+    """OpenAI's chat ``logprobs``: ``{"content": [{token, logprob, bytes, top_logprobs}]}``."""
+    content = [
+        {**_entry(llm, t, lp.logprob), "top_logprobs": [_entry(llm, a, v) for a, v in lp.top]}
+        for t, lp in tokens
+    ]
+    return {"content": content, "refusal": None}
+
+
+def completion_logprobs(llm: Any, tokens: Any, offset: int) -> dict[str, Any]:
+    """OpenAI's completions ``logprobs``: parallel lists of the tokens' texts, log-probabilities,
+    top alternatives (text -> log-probability) and character offsets from ``offset``."""
+    texts = [llm.tokenizer.decode([t]) for t, _ in tokens]
+    offsets = []
+    for text in texts:
+        offsets.append(offset)
+        offset += len(text)
+    return {
+        "tokens": texts,
+        "token_logprobs": [lp.logprob for _, lp in tokens],
+        "top_logprobs": [{llm.tokenizer.decode([a]): v for a, v in lp.top} for _, lp in tokens],
+        "text_offset": offsets,
+    }
+
+
 # ---- /v1/completions ----------------------------------------------------------------------
 
 
@@ -62,7 +92,7 @@ async def completions(request: web.Request) -> web.StreamResponse:
     prompts = parse_prompts(body)
     limit = state.config.max_tokens_limit
     params, max_tokens = parse_sampling(
-        body, default_max_tokens=COMPLETIONS_DEFAULT_MAX_TOKENS, limit=limit
+        body, default_max_tokens=COMPLETIONS_DEFAULT_MAX_TOKENS, limit=limit, chat=False
     )
     opts = parse_stream(body)
     llm = state.llm
@@ -76,25 +106,39 @@ async def completions(request: web.Request) -> web.StreamResponse:
     }
     n_prompt = sum(len(i) for i in ids)
     pieces = generate(state.app, ids, params, state.config.query_timeout_s)
+    want_logprobs = params.logprobs is not None
     if not opts.stream:
         texts, reasons, counts = [""] * len(ids), [None] * len(ids), [0] * len(ids)
+        tokens: list[list] = [[] for _ in ids]
         async for p in pieces:
             texts[p.index] += p.text
+            tokens[p.index] += p.tokens
             if p.finish_reason is not None:
                 reasons[p.index], counts[p.index] = p.finish_reason, p.completion_tokens
         choices = [
-            {"index": i, "text": t, "logprobs": None, "finish_reason": r}
+            {
+                "index": i,
+                "text": t,
+                "logprobs": completion_logprobs(llm, tokens[i], 0) if want_logprobs else None,
+                "finish_reason": r,
+            }
             for i, (t, r) in enumerate(zip(texts, reasons))
         ]
         return web.json_response(
             {**head, "choices": choices, "usage": usage_json(n_prompt, sum(counts))}
         )
 
+    written = [0] * len(ids)  # characters streamed so far, per prompt (text_offset)
+
     def chunk(p: Any) -> dict[str, Any]:
+        logprobs = None
+        if want_logprobs:
+            logprobs = completion_logprobs(llm, p.tokens, written[p.index])
+        written[p.index] += len(p.text)
         choice = {
             "index": p.index,
             "text": p.text,
-            "logprobs": None,
+            "logprobs": logprobs,
             "finish_reason": p.finish_reason,
         }
         return {**head, "choices": [choice]}
@@ -121,6 +165,11 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
         "model": model,
     }
     if kind == "app":
+        if params.logprobs is not None:
+            raise bad_request(
+                f"model {model!r} is an app, whose answer its workflow writes: logprobs are "
+                f"served for {state.llm_id!r}"
+            )
         if params.grammar is not None:
             raise bad_request(
                 f"model {model!r} is an app, whose answer its workflow writes: structured output "
@@ -142,28 +191,35 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
         ) from None
     params = fit_sampling(llm, [len(ids)], params, max_tokens, limit)
     pieces = generate(state.app, [ids], params, state.config.query_timeout_s)
+    logprobs = (lambda tokens: chat_logprobs(llm, tokens)) if params.logprobs is not None else None
     if not opts.stream:
-        text, reason, count = "", None, 0
+        text, reason, count, tokens = "", None, 0, []
         async for p in pieces:
             text += p.text
+            tokens += p.tokens
             if p.finish_reason is not None:
                 reason, count = p.finish_reason, p.completion_tokens
-        return web.json_response(_chat_body(head, text, reason, usage_json(len(ids), count)))
-    return await _chatstream_chunks(request, pieces, head, opts, len(ids))
+        usage = usage_json(len(ids), count)
+        lp = logprobs(tokens) if logprobs else None
+        return web.json_response(_chat_body(head, text, reason, usage, lp))
+    return await _chatstream_chunks(request, pieces, head, opts, len(ids), logprobs)
 
 
-def _chat_body(head: dict[str, Any], text: str, reason: str | None, usage: dict) -> dict:
+def _chat_body(
+    head: dict[str, Any], text: str, reason: str | None, usage: dict, logprobs: Any = None
+) -> dict:
     message = {"role": "assistant", "content": text}
-    choice = {"index": 0, "message": message, "logprobs": None, "finish_reason": reason}
+    choice = {"index": 0, "message": message, "logprobs": logprobs, "finish_reason": reason}
     return {**head, "choices": [choice], "usage": usage}
 
 
-def _chatstream_chunks(request, pieces, head, opts, n_prompt):
+def _chatstream_chunks(request, pieces, head, opts, n_prompt, logprobs=None):
     chunk_head = {**head, "object": "chat.completion.chunk"}
 
     def chunk(p: Any) -> dict[str, Any]:
         delta = {"content": p.text} if p.text else {}
-        choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": p.finish_reason}
+        lp = logprobs(p.tokens) if logprobs else None
+        choice = {"index": 0, "delta": delta, "logprobs": lp, "finish_reason": p.finish_reason}
         return {**chunk_head, "choices": [choice]}
 
     first = {

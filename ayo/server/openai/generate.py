@@ -26,12 +26,14 @@ OFFLOAD_CHARS = 64 * 1024  # a prompt longer than this is tokenized off the even
 @dataclass(frozen=True)
 class Piece:
     """Text produced for prompt ``index``; ``finish_reason`` and ``completion_tokens`` are set
-    on the last piece of that prompt."""
+    on the last piece of that prompt. ``tokens``: the generated tokens behind this text, as
+    (token id, its ``TokenLogprobs``), when the request asked for log-probabilities."""
 
     index: int
     text: str
     finish_reason: str | None = None
     completion_tokens: int = 0
+    tokens: tuple[tuple[int, Any], ...] = ()
 
 
 def engine_error(exc: BaseException) -> ApiError:
@@ -101,17 +103,21 @@ async def generate_one(
 ) -> AsyncIterator[Piece]:
     """Pieces of one prompt's generation (one ``@completion`` query); leaving early cancels
     the query."""
-    pieces: asyncio.Queue[str | None] = asyncio.Queue()
+    pieces: asyncio.Queue[Any] = asyncio.Queue()
     query = asyncio.ensure_future(
         app.complete(ids, params, deadline=deadline, on_piece=pieces.put_nowait)
     )
     query.add_done_callback(lambda _: pieces.put_nowait(None))
+    tokens: list[tuple[int, Any]] = []  # tokens whose text is not out yet
     try:
-        while (text := await pieces.get()) is not None:
-            if text:
-                yield Piece(index, text)
+        while (piece := await pieces.get()) is not None:
+            if piece.logprobs is not None:
+                tokens.append((piece.token_id, piece.logprobs))
+            if piece.text:
+                yield Piece(index, piece.text, tokens=tuple(tokens))
+                tokens.clear()
         end = query.result()
-        yield Piece(index, "", end.finish_reason, len(end.token_ids))
+        yield Piece(index, "", end.finish_reason, len(end.token_ids), tuple(tokens))
     finally:
         if not query.done():
             query.cancel()

@@ -3,7 +3,7 @@
 Follows the OpenAI API where it is served (``max_tokens``/``max_completion_tokens``,
 ``temperature`` default 1, ``stop`` string or list, ``stream_options.include_usage``,
 ``frequency_penalty`` and ``presence_penalty``); fields that would change the output but are not
-implemented (``n`` > 1, ``logprobs``, ``echo``, tools, ``logit_bias``) are refused with 400
+implemented (``n`` > 1, ``echo``, tools, ``logit_bias``) are refused with 400
 rather than ignored. Unknown fields are ignored, as OpenAI-compatible servers do (clients send
 vendor extras). Extensions (as vLLM's server): ``top_k``, ``ignore_eos`` and
 ``repetition_penalty``.
@@ -13,6 +13,9 @@ Structured output: ``response_format`` ``{"type": "json_object"}`` (any JSON obj
 schema), and vLLM's extensions ``guided_json`` (a schema), ``guided_regex`` and
 ``guided_choice`` (a list of strings); at most one of them. A schema the grammar library cannot
 compile is a 400 from the engine, naming the problem.
+
+Log-probabilities: chat's ``logprobs`` / ``top_logprobs`` and completions' ``logprobs`` N, each
+token's from the model's own distribution (before penalties, grammar and temperature).
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ayo.engines.errors import InvalidRequest
-from ayo.engines.llm.sampling import Grammar, SamplingParams
+from ayo.engines.llm.sampling import MAX_LOGPROBS, Grammar, SamplingParams
 from ayo.server.errors import ApiError, bad_request, field, integral, not_found, number_in
 from ayo.server.patterns import PROMPT_CHARACTER
 from ayo.server.state import ServerState
@@ -53,7 +56,7 @@ def parse_stream(body: dict[str, Any]) -> StreamOptions:
 
 
 def parse_sampling(
-    body: dict[str, Any], *, default_max_tokens: int | None, limit: int
+    body: dict[str, Any], *, default_max_tokens: int | None, limit: int, chat: bool = True
 ) -> tuple[SamplingParams, int | None]:
     """The sampling fields of a completion or chat request, range-checked (``max_tokens`` and
     ``max_completion_tokens`` within 1..``limit``, the server's max_tokens_limit), as the
@@ -94,9 +97,31 @@ def parse_sampling(
         ignore_eos=field(body, "ignore_eos", bool, False),
         repetition_penalty=repetition_penalty,
         grammar=parse_grammar(body),
+        logprobs=parse_logprobs(body, chat),
         **penalties,
     )
     return params, max_tokens
+
+
+MAX_COMPLETION_LOGPROBS = 5  # OpenAI's limit on /v1/completions
+
+
+def parse_logprobs(body: dict[str, Any], chat: bool) -> int | None:
+    """How many alternatives each token's log-probability comes with (None: no logprobs).
+    Chat: ``logprobs`` true, ``top_logprobs`` 0-20 (only with it); completions: ``logprobs``
+    0-5, as OpenAI's APIs take them."""
+    if not chat:
+        if body.get("top_logprobs") is not None:
+            raise bad_request("field 'top_logprobs' is a chat field: completions take 'logprobs' N")
+        n = field(body, "logprobs", int, None)
+        number_in(n, "logprobs", 0, MAX_COMPLETION_LOGPROBS)
+        return n
+    want = field(body, "logprobs", bool, False)
+    top = field(body, "top_logprobs", int, None)
+    number_in(top, "top_logprobs", 0, MAX_LOGPROBS)
+    if top is not None and not want:
+        raise bad_request("field 'top_logprobs' needs 'logprobs': true")
+    return (top or 0) if want else None
 
 
 GUIDED = ("guided_json", "guided_regex", "guided_choice")
@@ -160,7 +185,7 @@ def _refuse_unsupported(body: dict[str, Any]) -> None:
     best_of = field(body, "best_of", int, 1)
     if best_of != 1:
         raise bad_request(f"field 'best_of' must be 1, got {best_of}")
-    for name in ("logprobs", "top_logprobs", "echo", "suffix", "logit_bias", "tools", "functions"):
+    for name in ("echo", "suffix", "logit_bias", "tools", "functions"):
         value = body.get(name)
         if value not in (None, False, 0, "", [], {}):
             raise bad_request(f"field {name!r} is not supported by this server")

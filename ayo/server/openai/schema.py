@@ -185,7 +185,12 @@ def _response(object_name: str, content: str, content_schema: dict[str, Any]) ->
             "items": _object(
                 ["index", content, "finish_reason"],
                 index={"type": "integer"},
-                logprobs={"type": "null"},
+                logprobs={
+                    "type": ["object", "null"],
+                    "description": "null unless asked; chat: {'content': [{token, logprob, "
+                    "bytes, top_logprobs}]}; completions: {tokens, token_logprobs, "
+                    "top_logprobs, text_offset}",
+                },
                 finish_reason=_FINISH,
                 **{content: content_schema},
             ),
@@ -254,6 +259,13 @@ OPENAPI_PATHS: dict[str, Any] = {
                     _request(
                         ["model", "prompt"],
                         model={"type": "string"},
+                        logprobs={
+                            "type": ["integer", "null"],
+                            "minimum": 0,
+                            "maximum": 5,
+                            "description": "each token's log-probability and this many "
+                            "likeliest alternatives",
+                        },
                         prompt={
                             "description": "a string, a list of strings, token ids, or a list of "
                             "token-id lists (one choice each)",
@@ -289,6 +301,13 @@ OPENAPI_PATHS: dict[str, Any] = {
                     _request(
                         ["model", "messages"],
                         model={"type": "string"},
+                        logprobs={"type": ["boolean", "null"], "default": False},
+                        top_logprobs={
+                            "type": ["integer", "null"],
+                            "minimum": 0,
+                            "maximum": 20,
+                            "description": "alternatives per token; needs logprobs: true",
+                        },
                         messages={"type": "array", "minItems": 1, "items": _MESSAGE},
                     )
                 ),

@@ -75,3 +75,32 @@ async def test_repetition_penalty_greedy_equals_transformers(tiny_llama):
         assert list(result.token_ids) == out[0, len(prompt) :].tolist()
     # and the penalty changes what is generated, so the comparison above means something
     assert [list(r.token_ids) for r in results] != [e[:24] for e in tiny_llama.expected]
+
+
+async def test_logprobs_are_the_models_own_against_transformers(tiny_llama):
+    """Each piece's log-probability and top alternatives are transformers' log-softmax of the
+    model's logits at that position: taken before the repetition penalty that steers the
+    sampled tokens."""
+    params = SamplingParams(max_tokens=6, ignore_eos=True, logprobs=3, repetition_penalty=1.5)
+    prompt = tiny_llama.prompts[1]
+    async with LLMEngine.from_model(tiny_llama.path, block_size=4, num_blocks=64) as eng:
+        seq = await eng.open(prompt)
+        pieces = [p async for p in eng.decode(seq, params)]
+        plain = [p async for p in eng.decode(await eng.open(prompt), SamplingParams(max_tokens=2))]
+    assert plain[0].logprobs is None  # not asked: not computed
+    ids = prompt + [p.token_id for p in pieces]
+    with torch.inference_mode():
+        logits = tiny_llama.hf(torch.tensor([ids])).logits[0].float()
+    logp = torch.log_softmax(logits, -1)
+    for k, piece in enumerate(pieces):
+        row = logp[len(prompt) - 1 + k]
+        assert piece.logprobs.logprob == pytest.approx(float(row[piece.token_id]), abs=1e-4)
+        values, top = row.topk(3)
+        assert [t for t, _ in piece.logprobs.top] == top.tolist()
+        assert [v for _, v in piece.logprobs.top] == pytest.approx(values.tolist(), abs=1e-4)
+
+
+@pytest.mark.parametrize("value", [-1, 21, 2.0, True])
+def test_logprobs_out_of_range_are_refused(value):
+    with pytest.raises(InvalidRequest, match="logprobs"):
+        SamplingParams(logprobs=value)
