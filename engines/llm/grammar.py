@@ -24,6 +24,7 @@ import threading
 from collections import OrderedDict
 from typing import Any
 
+import numpy as np
 import torch
 
 from .errors import InvalidRequest
@@ -45,6 +46,7 @@ class GrammarCompiler:
         self.stop_ids = sorted(stop_ids)
         self.max_entries = max_entries
         self._compiler: Any = None  # built on first use (reading the vocabulary takes ~0.3 s)
+        self._json_tokens: torch.Tensor | None = None  # the tokens JSON text may use (a mask)
         self._cache: OrderedDict[Grammar, Any] = OrderedDict()
         self._pending: dict[Grammar, concurrent.futures.Future] = {}
         self._lock = threading.Lock()
@@ -98,17 +100,41 @@ class GrammarCompiler:
             info = xgr.TokenizerInfo.from_huggingface(
                 self.hf_tokenizer, vocab_size=self.vocab_size, stop_token_ids=self.stop_ids
             )
+            self._json_tokens = _without_control_bytes(info.decoded_vocab, self.vocab_size)
             self._compiler = xgr.GrammarCompiler(info, max_threads=1, cache_enabled=False)
         c = self._compiler
         if grammar.kind == "json_object":
-            return c.compile_json_schema('{"type": "object"}', any_whitespace=False)
+            return Compiled(
+                c.compile_json_schema('{"type": "object"}', any_whitespace=False), self._json_tokens
+            )
         if grammar.kind == "json_schema":
-            return c.compile_json_schema(grammar.spec, any_whitespace=False, strict_mode=True)
+            compiled = c.compile_json_schema(grammar.spec, any_whitespace=False, strict_mode=True)
+            return Compiled(compiled, self._json_tokens)
         if grammar.kind == "regex":
-            return c.compile_regex(grammar.spec)
+            return Compiled(c.compile_regex(grammar.spec))
         # choice: an EBNF alternation of string literals (JSON's escapes are the EBNF's)
         options = " | ".join(json.dumps(o) for o in grammar.schema)
-        return c.compile_grammar(f"root ::= {options}")
+        return Compiled(c.compile_grammar(f"root ::= {options}"))
+
+
+class Compiled:
+    """A compiled grammar and, for JSON, the tokens JSON text may hold at all: xgrammar
+    0.2.9's rule for a string with ``maxLength`` takes raw control characters (U+0000-U+001F),
+    which JSON forbids unescaped (the random-schema test found ``".\\x19"``); compact JSON
+    needs none of them anywhere, so tokens holding one are masked with the grammar's mask."""
+
+    def __init__(self, grammar: Any, allowed: torch.Tensor | None = None) -> None:
+        self.grammar = grammar
+        self.allowed = allowed
+
+
+def _without_control_bytes(vocab: list[bytes], vocab_size: int) -> torch.Tensor:
+    """A bitmask row (the layout of ``allocate_bitmask``) of the tokens whose bytes hold no
+    control character (< 0x20)."""
+    ok = np.zeros(((vocab_size + 31) // 32) * 32, dtype=bool)
+    for i, piece in enumerate(vocab[:vocab_size]):
+        ok[i] = min(piece, default=0x20) >= 0x20
+    return torch.from_numpy(np.packbits(ok, bitorder="little").view("<i4").astype(np.int32))
 
 
 class GrammarMatcher:
@@ -116,13 +142,16 @@ class GrammarMatcher:
     bitmask, advances with each accepted token. Owned by the worker thread (``DecodeState``);
     a preempted sequence keeps it (recompute redoes KV, not tokens)."""
 
-    def __init__(self, compiled: Any) -> None:
+    def __init__(self, compiled: Compiled) -> None:
         import xgrammar as xgr
 
-        self._m = xgr.GrammarMatcher(compiled, terminate_without_stop_token=True)
+        self._m = xgr.GrammarMatcher(compiled.grammar, terminate_without_stop_token=True)
+        self._allowed = compiled.allowed
 
     def fill(self, bitmask: torch.Tensor, row: int) -> None:
         self._m.fill_next_token_bitmask(bitmask, row)
+        if self._allowed is not None:
+            bitmask[row] &= self._allowed
 
     def accept(self, token: int) -> None:
         if not self._m.accept_token(token):

@@ -190,3 +190,23 @@ async def test_a_schema_the_library_refuses_fails_its_decode_alone(random_smol):
 def test_malformed_grammars_are_refused_when_built(make, message):
     with pytest.raises(InvalidRequest, match=message):
         make()
+
+
+def test_json_strings_never_take_a_raw_control_character():
+    """JSON forbids U+0000-U+001F unescaped; xgrammar's rule for a string with ``maxLength``
+    takes them (the random schemas found ``".\\x19"``; 26 such tokens allowed here), so the
+    compiled JSON grammars mask every token holding one."""
+    from ayo.engines.llm.grammar import GrammarCompiler, GrammarMatcher, allocate_bitmask
+    from ayo.runtime.defaults import default_tokenizer
+
+    hf = default_tokenizer().hf
+    compiler = GrammarCompiler(hf, VOCAB, frozenset({2}))
+    bounded = Grammar.json_schema({"type": "string", "maxLength": 3})  # its own string rule
+    matcher = GrammarMatcher(compiler.compile(bounded))
+    matcher.accept(hf.convert_tokens_to_ids('"'))  # inside the string now
+    bitmask = allocate_bitmask(1, VOCAB)
+    matcher.fill(bitmask, 0)
+    allowed = [j for j in range(VOCAB) if (int(bitmask[0, j // 32]) >> (j % 32)) & 1]
+    pieces = [hf.decode([j]) for j in allowed]
+    assert len(allowed) > 5000  # every token of at most 3 characters may go in it
+    assert not [p for p in pieces if any(ord(c) < 0x20 for c in p)]
