@@ -145,6 +145,11 @@ class RecordingTokenizer:
         self.texts[tuple(ids)] = text
         return ids
 
+    def encode_parts(self, parts: Any) -> list[int]:
+        ids = self.inner.encode_parts(parts)
+        self.texts[tuple(ids)] = "".join(text for text, _ in parts)
+        return ids
+
     def decode(self, ids: list[int]) -> str:
         return self.inner.decode(ids)
 

@@ -159,6 +159,9 @@ class _NullTokenizer:
     def encode(self, text: str) -> list[int]:
         return [1, 2, 3]
 
+    def encode_parts(self, parts: Any) -> list[int]:
+        return [1, 2, 3]
+
     def decode(self, ids: list[int]) -> str:
         return ""
 

@@ -234,9 +234,13 @@ class LLMEngine:
     def apply_chat_template(
         self, messages: list[dict], add_generation_prompt: bool = True
     ) -> list[int]:
-        """Render chat ``messages`` with the model's template and tokenize once."""
+        """Render chat ``messages`` with the model's template and tokenize once; the messages'
+        contents are data (``ChatTokenizer.encode_parts``): a control token's spelling in a
+        message is text, never a turn boundary."""
         if self.hf_tokenizer is None:
             raise InvalidRequest("this model has no tokenizer (and so no chat template)")
+        if add_generation_prompt and self.tokenizer.has_chat_template:
+            return self.tokenizer.encode_parts(self.tokenizer.render_chat_parts(messages))
         text = self.hf_tokenizer.apply_chat_template(
             messages, tokenize=False, add_generation_prompt=add_generation_prompt
         )

@@ -4,9 +4,14 @@ whole prompts, chat template included), ids back to text, chat messages to the p
 from __future__ import annotations
 
 import functools
+import re
+from collections.abc import Sequence
 from typing import Any
 
 from .errors import ContextLengthExceeded, InvalidRequest
+
+_MARK = "\ue000{}\ue001"  # private-use characters: no template or message contains them
+_MARKS = re.compile("\ue000(\\d+)\ue001")
 
 
 class ChatTokenizer:
@@ -48,6 +53,56 @@ class ChatTokenizer:
     def encode(self, text: str) -> list[int]:
         """Token ids of ``text`` (no special tokens; an empty text has none)."""
         return self.tokenize(text) if text else []
+
+    @functools.cached_property
+    def _control(self) -> re.Pattern[str] | None:
+        """Matches the spelling of any control token (``<|im_end|>``, ...)."""
+        specials = [t.content for t in self._require().added_tokens_decoder.values() if t.special]
+        if not specials:
+            return None
+        return re.compile("|".join(map(re.escape, sorted(specials, key=len, reverse=True))))
+
+    def encode_parts(self, parts: Sequence[tuple[str, bool]]) -> list[int]:
+        """Token ids of the parts' text, joined: ``(text, is_data)``. Template text may hold
+        control tokens; data (a user's message or question, a retrieved passage, a tool's
+        result) is text only: a control token's spelling in it is tokenized as the characters
+        it is, so it can never close a turn or open a system one. Text without such spellings
+        is tokenized as one string (as :meth:`encode` would); a data part with one is
+        tokenized on its own."""
+        hf = self._require()
+        total = sum(len(text) for text, _ in parts)
+        if self.max_model_len is not None and total > self.max_model_len * self.max_token_chars:
+            raise ContextLengthExceeded(
+                f"the text has {total} characters: more than the context window of "
+                f"{self.max_model_len} tokens holds (a token is at most {self.max_token_chars} "
+                "characters); shorten it"
+            )
+        control = self._control
+        ids: list[int] = []
+        run: list[str] = []
+        for text, data in parts:
+            if data and control is not None and control.search(text):
+                ids += self.encode("".join(run))
+                run = []
+                ids += hf(text, add_special_tokens=False, split_special_tokens=True)["input_ids"]
+            else:
+                run.append(text)
+        return ids + self.encode("".join(run))
+
+    def render_chat_parts(self, messages: list[dict[str, Any]]) -> list[tuple[str, bool]] | None:
+        """``messages`` in the chat template up to the answer, as ``encode_parts`` parts: each
+        message's content is data. None without a template."""
+        if not self.has_chat_template:
+            return None
+        marked = [{**m, "content": _MARK.format(i)} for i, m in enumerate(messages)]
+        text = self.hf.apply_chat_template(marked, tokenize=False, add_generation_prompt=True)
+        parts: list[tuple[str, bool]] = []
+        for k, piece in enumerate(_MARKS.split(text)):
+            if k % 2 == 0:
+                parts.append((piece, False))
+            else:
+                parts.append((str(messages[int(piece)].get("content") or ""), True))
+        return parts
 
     def decode(self, ids: list[int]) -> str:
         return self._require().decode(ids)

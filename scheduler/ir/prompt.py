@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 import string
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -15,6 +15,11 @@ class Tokenizer(Protocol):
     """Turns text into token ids without adding special tokens (no BOS per call), and back."""
 
     def encode(self, text: str) -> list[int]: ...
+
+    def encode_parts(self, parts: Sequence[tuple[str, bool]]) -> list[int]:
+        """The ids of the parts' joined text, ``(text, is_data)``: data (a question, a
+        retrieved passage) is tokenized as text, never as control tokens."""
+        ...
 
     def decode(self, ids: list[int]) -> str: ...
 
@@ -127,6 +132,19 @@ class Prompt:
                     raise PromptError(f"placeholder {{{name}}} is not bound") from None
             raise
 
+    def render_parts(self, values: Mapping[str, object]) -> list[tuple[str, bool]]:
+        """:meth:`render` as ``Tokenizer.encode_parts`` takes it: the template's literal text
+        ``(text, False)`` and each placeholder's value ``(value, True)``, in order."""
+        parts = []
+        for literal, name, _, _ in string.Formatter().parse(self.template):
+            if literal:
+                parts.append((literal, False))
+            if name is not None:
+                if name not in values:
+                    raise PromptError(f"placeholder {{{name}}} is not bound")
+                parts.append((str(values[name]), True))
+        return parts
+
     def split_offset(self, early: set[str]) -> int:
         """Character offset in the template where the first placeholder not in ``early`` starts.
 
@@ -189,6 +207,10 @@ class RegexTokenizer:
                 self._pieces.append(piece)
             ids.append(self._vocab[piece])
         return ids
+
+    def encode_parts(self, parts: Sequence[tuple[str, bool]]) -> list[int]:
+        """No control tokens here: the joined text."""
+        return self.encode("".join(text for text, _ in parts))
 
     def decode(self, ids: list[int]) -> str:
         return "".join(self._pieces[i] for i in ids)

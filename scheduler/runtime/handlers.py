@@ -78,10 +78,13 @@ Handler = Callable[[Node, dict[str, Any], QueryContext, Info], Awaitable[dict[st
 OFFLOAD_CHARS = 64 * 1024  # a text longer than this is tokenized off the event loop
 
 
-async def _tokens(llm: Any, text: str) -> list[int]:
-    if len(text) > OFFLOAD_CHARS:
-        return await asyncio.to_thread(llm.tokenizer.encode, text)
-    return llm.tokenizer.encode(text)
+async def _tokens(llm: Any, prompt: Prompt, values: Mapping[str, Any]) -> list[int]:
+    """The rendered prompt's ids; the values (questions, passages) are data: a control token's
+    spelling in them is text (``Tokenizer.encode_parts``)."""
+    parts = prompt.render_parts(values)
+    if sum(len(text) for text, _ in parts) > OFFLOAD_CHARS:
+        return await asyncio.to_thread(llm.tokenizer.encode_parts, parts)
+    return llm.tokenizer.encode_parts(parts)
 
 
 async def _open_prefilled(ctx: QueryContext, engine: str, ids: list[int], info: Info) -> SeqHandle:
@@ -98,10 +101,9 @@ async def _prefill(
     llm, cfg = ctx.engine(node), node.config
     prompt, over = cfg.prompt, cfg.map_over
     if not over:
-        ids = await _tokens(llm, prompt.render(inputs))
+        ids = await _tokens(llm, prompt, inputs)
         return {"seq": await _open_prefilled(ctx, node.engine, ids, info)}
-    renders = [prompt.render({**inputs, over: item}) for item in inputs[over]]
-    ids = [await _tokens(llm, r) for r in renders]
+    ids = [await _tokens(llm, prompt, {**inputs, over: item}) for item in inputs[over]]
     seqs = await asyncio.gather(*(_open_prefilled(ctx, node.engine, i, info) for i in ids))
     return {"seqs": list(seqs)}
 
@@ -114,7 +116,7 @@ async def _partial_prefill(
     # Its KV is computed in the LLM's next idle gap, or with the FullPrefill if that comes first
     # (``prefill_when_idle``): the split never costs an engine step on a busy LLM.
     llm, cfg = ctx.engine(node), node.config
-    ids = (await _tokens(llm, _head(cfg.prompt, cfg.split_at).render(inputs)))[:-1]
+    ids = (await _tokens(llm, _head(cfg.prompt, cfg.split_at), inputs))[:-1]
     seq = await ctx.open_seq(node.engine)
     if ids:
         llm.prefill_when_idle(seq, ids, info=info)
@@ -131,7 +133,7 @@ async def _full_prefill(
     node: Node, inputs: dict[str, Any], ctx: QueryContext, info: Info
 ) -> dict[str, Any]:
     llm, handle = ctx.engine(node), inputs["seq"]
-    ids = await _tokens(llm, node.config.prompt.render(inputs))
+    ids = await _tokens(llm, node.config.prompt, inputs)
     done = list(handle.prefilled)
     if ids[: len(done)] == done:
         if len(ids) > len(done):

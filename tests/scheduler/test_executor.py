@@ -138,6 +138,9 @@ class _RightToLeftTokenizer:
             ids.append(self.pieces.index(p))
         return ids
 
+    def encode_parts(self, parts: list[tuple[str, bool]]) -> list[int]:
+        return self.encode("".join(text for text, _ in parts))
+
     def decode(self, ids: list[int]) -> str:
         return "".join(self.pieces[i] for i in ids)
 
