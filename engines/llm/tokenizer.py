@@ -39,15 +39,19 @@ class ChatTokenizer:
         entries count bytes, never fewer than the characters they decode to)."""
         return max(map(len, self._require().get_vocab()), default=1)
 
-    def tokenize(self, text: str, *, add_special_tokens: bool = False) -> list[int]:
-        """Text -> token ids (raises ``ContextLengthExceeded`` for a text no window holds)."""
-        hf = self._require()
-        if self.max_model_len is not None and len(text) > self.max_model_len * self.max_token_chars:
+    def _check_chars(self, chars: int) -> None:
+        """``ContextLengthExceeded`` for a text of ``chars`` characters that no window holds."""
+        if self.max_model_len is not None and chars > self.max_model_len * self.max_token_chars:
             raise ContextLengthExceeded(
-                f"the text has {len(text)} characters: more than the context window of "
+                f"the text has {chars} characters: more than the context window of "
                 f"{self.max_model_len} tokens holds (a token is at most {self.max_token_chars} "
                 "characters); shorten it"
             )
+
+    def tokenize(self, text: str, *, add_special_tokens: bool = False) -> list[int]:
+        """Text -> token ids (raises ``ContextLengthExceeded`` for a text no window holds)."""
+        hf = self._require()
+        self._check_chars(len(text))
         return hf(text, add_special_tokens=add_special_tokens)["input_ids"]
 
     def encode(self, text: str) -> list[int]:
@@ -70,13 +74,7 @@ class ChatTokenizer:
         is tokenized as one string (as :meth:`encode` would); a data part with one is
         tokenized on its own."""
         hf = self._require()
-        total = sum(len(text) for text, _ in parts)
-        if self.max_model_len is not None and total > self.max_model_len * self.max_token_chars:
-            raise ContextLengthExceeded(
-                f"the text has {total} characters: more than the context window of "
-                f"{self.max_model_len} tokens holds (a token is at most {self.max_token_chars} "
-                "characters); shorten it"
-            )
+        self._check_chars(sum(len(text) for text, _ in parts))
         control = self._control
         ids: list[int] = []
         run: list[str] = []
