@@ -239,12 +239,10 @@ class LLMEngine:
         message is text, never a turn boundary."""
         if self.hf_tokenizer is None:
             raise InvalidRequest("this model has no tokenizer (and so no chat template)")
-        if add_generation_prompt and self.tokenizer.has_chat_template:
-            return self.tokenizer.encode_parts(self.tokenizer.render_chat_parts(messages))
-        text = self.hf_tokenizer.apply_chat_template(
-            messages, tokenize=False, add_generation_prompt=add_generation_prompt
-        )
-        return self.tokenize(text)
+        parts = self.tokenizer.render_chat_parts(messages, add_generation_prompt)
+        if parts is None:
+            raise InvalidRequest("this model has no chat template: send a plain prompt")
+        return self.tokenizer.encode_parts(parts)
 
     # ---- primitives -----------------------------------------------------------------------
 

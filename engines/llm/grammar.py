@@ -75,21 +75,24 @@ class GrammarCompiler:
         self._pool.shutdown(wait=False, cancel_futures=True)
 
     def _compile(self, grammar: Grammar) -> Any:
+        """Compile on the pool's thread: the library's refusal (RuntimeError, ValueError) is the
+        caller's ``InvalidRequest``; anything else is ours and reaches the decode as it is."""
         try:
             compiled = self._build(grammar)
         except InvalidRequest:
             raise
-        except Exception as exc:  # the library's message names the problem
+        except (RuntimeError, ValueError) as exc:  # the library's message names the problem
             why = _LOCATION.sub("", str(exc)).strip()
             raise InvalidRequest(f"the {grammar.kind} grammar does not compile: {why}") from None
+        else:
+            with self._lock:  # cached before it stops being pending: no second compile
+                self._cache[grammar] = compiled
+                while len(self._cache) > self.max_entries:
+                    self._cache.popitem(last=False)
+            return compiled
         finally:
             with self._lock:
                 self._pending.pop(grammar, None)
-        with self._lock:
-            self._cache[grammar] = compiled
-            while len(self._cache) > self.max_entries:
-                self._cache.popitem(last=False)
-        return compiled
 
     def _build(self, grammar: Grammar) -> Any:
         import xgrammar as xgr

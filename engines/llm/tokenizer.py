@@ -87,13 +87,17 @@ class ChatTokenizer:
                 run.append(text)
         return ids + self.encode("".join(run))
 
-    def render_chat_parts(self, messages: list[dict[str, Any]]) -> list[tuple[str, bool]] | None:
-        """``messages`` in the chat template up to the answer, as ``encode_parts`` parts: each
-        message's content is data. None without a template."""
+    def render_chat_parts(
+        self, messages: list[dict[str, Any]], add_generation_prompt: bool = True
+    ) -> list[tuple[str, bool]] | None:
+        """``messages`` in the chat template (up to the answer with ``add_generation_prompt``),
+        as ``encode_parts`` parts: each message's content is data. None without a template."""
         if not self.has_chat_template:
             return None
         marked = [{**m, "content": _MARK.format(i)} for i, m in enumerate(messages)]
-        text = self.hf.apply_chat_template(marked, tokenize=False, add_generation_prompt=True)
+        text = self.hf.apply_chat_template(
+            marked, tokenize=False, add_generation_prompt=add_generation_prompt
+        )
         parts: list[tuple[str, bool]] = []
         for k, piece in enumerate(_MARKS.split(text)):
             if k % 2 == 0:

@@ -124,13 +124,7 @@ class Prompt:
 
     def render(self, values: Mapping[str, str]) -> str:
         """Substitute every placeholder; raises PromptError when one is missing."""
-        try:
-            return self.template.format_map(values)
-        except KeyError:
-            for name in self.placeholders:
-                if name not in values:
-                    raise PromptError(f"placeholder {{{name}}} is not bound") from None
-            raise
+        return "".join(text for text, _ in self.render_parts(values))
 
     def render_parts(self, values: Mapping[str, object]) -> list[tuple[str, bool]]:
         """:meth:`render` as ``Tokenizer.encode_parts`` takes it: the template's literal text
