@@ -115,6 +115,8 @@ class GrammarCompiler:
             return Compiled(compiled, self._json_tokens)
         if grammar.kind == "regex":
             return Compiled(c.compile_regex(grammar.spec))
+        if grammar.kind == "structural_tag":  # free text around the tags: no JSON-only mask
+            return Compiled(c.compile_structural_tag(grammar.spec), ends_by_stop_token=True)
         # choice: an EBNF alternation of string literals (JSON's escapes are the EBNF's)
         options = " | ".join(json.dumps(o) for o in grammar.schema)
         return Compiled(c.compile_grammar(f"root ::= {options}"))
@@ -124,11 +126,18 @@ class Compiled:
     """A compiled grammar and, for JSON, the tokens JSON text may hold at all: xgrammar
     0.2.9's rule for a string with ``maxLength`` takes raw control characters (U+0000-U+001F),
     which JSON forbids unescaped (the random-schema test found ``".\\x19"``); compact JSON
-    needs none of them anywhere, so tokens holding one are masked with the grammar's mask."""
+    needs none of them anywhere, so tokens holding one are masked with the grammar's mask.
 
-    def __init__(self, grammar: Any, allowed: torch.Tensor | None = None) -> None:
+    ``ends_by_stop_token``: the grammar may end at many points and go on at each (free text
+    around tool calls), so the decode ends when the model writes its stop token where the
+    grammar may end; otherwise it ends the moment the grammar is complete."""
+
+    def __init__(
+        self, grammar: Any, allowed: torch.Tensor | None = None, ends_by_stop_token: bool = False
+    ) -> None:
         self.grammar = grammar
         self.allowed = allowed
+        self.ends_by_stop_token = ends_by_stop_token
 
 
 def _without_control_bytes(vocab: list[bytes], vocab_size: int) -> torch.Tensor:
@@ -148,7 +157,9 @@ class GrammarMatcher:
     def __init__(self, compiled: Compiled) -> None:
         import xgrammar as xgr
 
-        self._m = xgr.GrammarMatcher(compiled.grammar, terminate_without_stop_token=True)
+        self._m = xgr.GrammarMatcher(
+            compiled.grammar, terminate_without_stop_token=not compiled.ends_by_stop_token
+        )
         self._allowed = compiled.allowed
 
     def fill(self, bitmask: torch.Tensor, row: int) -> None:

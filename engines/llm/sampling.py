@@ -9,7 +9,7 @@ from typing import Any
 
 from ..errors import InvalidRequest
 
-GRAMMAR_KINDS = ("json_object", "json_schema", "regex", "choice")
+GRAMMAR_KINDS = ("json_object", "json_schema", "regex", "choice", "structural_tag")
 MAX_GRAMMAR_CHARS = 64 * 1024
 
 
@@ -20,7 +20,10 @@ class Grammar:
     - ``json_object``: any JSON object;
     - ``json_schema``: JSON valid against ``spec``, a JSON Schema (as canonical JSON text);
     - ``regex``: text matching the regular expression ``spec`` in full;
-    - ``choice``: exactly one of the strings in ``spec`` (a JSON list).
+    - ``choice``: exactly one of the strings in ``spec`` (a JSON list);
+    - ``structural_tag``: xgrammar's structural tag ``spec`` (JSON): free text and tagged
+      regions (``<tool_call>...</tool_call>``) whose content follows a JSON schema; tool calls
+      (``ayo.engines.llm.tools``) are written under one.
 
     Build one with the class methods; equal grammars compile once (the engine caches them).
     """
@@ -69,6 +72,13 @@ class Grammar:
         ):
             raise InvalidRequest("a choice grammar needs a list of non-empty strings")
         return cls("choice", json.dumps(list(options)))
+
+    @classmethod
+    def structural_tag(cls, tag: dict[str, Any]) -> Grammar:
+        """An xgrammar structural tag (``{"type": "structural_tag", "format": {...}}``)."""
+        if not isinstance(tag, dict) or tag.get("type") != "structural_tag":
+            raise InvalidRequest('a structural tag is an object of "type": "structural_tag"')
+        return cls("structural_tag", json.dumps(tag, sort_keys=True, separators=(",", ":")))
 
     @property
     def schema(self) -> Any:
