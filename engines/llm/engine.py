@@ -38,6 +38,7 @@ from .runner import ModelRunner, kv_block_bytes
 from .sampling import SamplingParams
 from .stream import DecodeStream
 from .tokenizer import ChatTokenizer
+from .tools import Tool, chat_messages
 
 log = logging.getLogger(__name__)
 Prompt = str | Seq[int]
@@ -232,14 +233,19 @@ class LLMEngine:
         return ids
 
     def apply_chat_template(
-        self, messages: list[dict], add_generation_prompt: bool = True
+        self,
+        messages: list[dict],
+        add_generation_prompt: bool = True,
+        tools: Seq[Tool] = (),
     ) -> list[int]:
         """Render chat ``messages`` with the model's template and tokenize once; the messages'
         contents are data (``ChatTokenizer.encode_parts``): a control token's spelling in a
-        message is text, never a turn boundary."""
+        message is text, never a turn boundary. ``tools`` and assistant ``tool_calls`` are
+        rendered by a template that can, else written as text (``tools.plain_messages``)."""
         if self.hf_tokenizer is None:
             raise InvalidRequest("this model has no tokenizer (and so no chat template)")
-        parts = self.tokenizer.render_chat_parts(messages, add_generation_prompt)
+        messages, listed = chat_messages(messages, tools, self.tokenizer.renders_tools)
+        parts = self.tokenizer.render_chat_parts(messages, add_generation_prompt, listed)
         if parts is None:
             raise InvalidRequest("this model has no chat template: send a plain prompt")
         return self.tokenizer.encode_parts(parts)

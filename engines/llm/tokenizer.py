@@ -88,15 +88,20 @@ class ChatTokenizer:
         return ids + self.encode("".join(run))
 
     def render_chat_parts(
-        self, messages: list[dict[str, Any]], add_generation_prompt: bool = True
+        self,
+        messages: list[dict[str, Any]],
+        add_generation_prompt: bool = True,
+        tools: list[dict[str, Any]] | None = None,
     ) -> list[tuple[str, bool]] | None:
         """``messages`` in the chat template (up to the answer with ``add_generation_prompt``),
-        as ``encode_parts`` parts: each message's content is data. None without a template."""
+        as ``encode_parts`` parts: each message's content is data. ``tools`` (OpenAI's
+        ``tools`` list) go to a template that renders them. None without a template."""
         if not self.has_chat_template:
             return None
         marked = [{**m, "content": _MARK.format(i)} for i, m in enumerate(messages)]
+        extra = {"tools": tools} if tools else {}
         text = self.hf.apply_chat_template(
-            marked, tokenize=False, add_generation_prompt=add_generation_prompt
+            marked, tokenize=False, add_generation_prompt=add_generation_prompt, **extra
         )
         parts: list[tuple[str, bool]] = []
         for k, piece in enumerate(_MARKS.split(text)):
@@ -108,6 +113,13 @@ class ChatTokenizer:
 
     def decode(self, ids: list[int]) -> str:
         return self._require().decode(ids)
+
+    @property
+    def renders_tools(self) -> bool:
+        """The chat template renders ``tools`` and tool calls itself (else
+        ``tools.plain_messages`` writes them into the conversation)."""
+        template = getattr(self.hf, "chat_template", None) if self.hf is not None else None
+        return isinstance(template, str) and "tools" in template and "tool_calls" in template
 
     @property
     def has_chat_template(self) -> bool:
