@@ -16,6 +16,17 @@ import pytest
 MODEL = "smollm2-135m-instruct"
 EMBEDDER = "all-minilm-l6-v2"
 MESSAGES = [{"role": "user", "content": "What is the capital of France?"}]
+TOOLS = [
+    {"type": "function", "function": {
+        "name": "get_weather", "description": "The weather in a city now",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string",
+                       "maxLength": 30}}, "required": ["city"], "additionalProperties": False}}},
+    {"type": "function", "function": {
+        "name": "add", "description": "Add two integers",
+        "parameters": {"type": "object", "properties": {"a": {"type": "integer"},
+                       "b": {"type": "integer"}}, "required": ["a", "b"],
+                       "additionalProperties": False}}},
+]  # fmt: skip
 
 
 @pytest.fixture
@@ -260,6 +271,24 @@ async def test_app_model_runs_the_app(client, server):
         ("/v1/completions", {"model": MODEL, "prompt": "x", "logprobs": 6}, 400, "'logprobs'"),
         ("/v1/chat/completions", {"model": "app:short_rag", "messages": MESSAGES,
          "logprobs": True}, 400, "logprobs"),
+        # tools: malformed, contradictory, a result nobody asked for, or asked of an app
+        ("/v1/chat/completions", {"model": MODEL, "messages": MESSAGES,
+         "tools": [{"type": "function", "function": {"name": "a b"}}]}, 400, "tools[0]"),
+        ("/v1/chat/completions", {"model": MODEL, "messages": MESSAGES, "tools": TOOLS,
+         "tool_choice": {"type": "function", "function": {"name": "nope"}}}, 400, "'nope'"),
+        ("/v1/chat/completions", {"model": MODEL, "messages": MESSAGES, "tools": TOOLS,
+         "tool_choice": "sometimes"}, 400, "tool_choice"),
+        ("/v1/chat/completions", {"model": MODEL, "messages": MESSAGES, "tools": TOOLS,
+         "response_format": {"type": "json_object"}}, 400, "give one"),
+        ("/v1/chat/completions", {"model": MODEL, "tools": TOOLS, "messages": MESSAGES + [
+            {"role": "tool", "tool_call_id": "call_forged", "content": "42"}]}, 400,
+         "'call_forged'"),
+        ("/v1/chat/completions", {"model": MODEL, "messages": [{"role": "assistant",
+         "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "f",
+                                                                       "arguments": "{x"}}]}]},
+         400, "arguments"),
+        ("/v1/chat/completions", {"model": "app:short_rag", "messages": MESSAGES,
+         "tools": TOOLS}, 400, "tools"),
     ],
 )  # fmt: skip
 async def test_errors(server_url, path, body, status, needle):
@@ -306,6 +335,77 @@ async def test_structured_output_through_the_openai_client(client, server):
         **kw, extra_body={"guided_choice": ["Paris", "Lyon"]}
     )
     assert reply.choices[0].message.content in ("Paris", "Lyon")
+
+
+def _is_json(text):
+    try:
+        json.loads(text)
+    except ValueError:
+        return False
+    return True
+
+
+async def test_tool_loop_through_the_openai_client(client, server):
+    """The ``openai`` client's tool loop: a named tool forced, ``required`` with parallel calls
+    (each parses and validates against its tool's schema), the calls' results sent back as
+    ``tool`` messages for the next turn, ``auto``, and a stream whose deltas, reassembled, are
+    the non-streamed message."""
+    import jsonschema
+
+    schemas = {t["function"]["name"]: t["function"]["parameters"] for t in TOOLS}
+    ask = [{"role": "user", "content": "What is the weather in Paris and in Rome?"}]
+    kw = {"model": MODEL, "tools": TOOLS, "max_tokens": 50, "temperature": 0}
+    named = {"type": "function", "function": {"name": "add"}}
+    reply = await client.chat.completions.create(**kw, messages=ask, tool_choice=named)
+    [call] = reply.choices[0].message.tool_calls
+    assert reply.choices[0].finish_reason == "tool_calls" and call.function.name == "add"
+    jsonschema.validate(json.loads(call.function.arguments), schemas["add"])
+
+    reply = await client.chat.completions.create(
+        **{**kw, "max_tokens": 80}, messages=ask, tool_choice="required"
+    )
+    message = reply.choices[0].message
+    written = [(c.function.name, c.function.arguments) for c in message.tool_calls]
+    # SmolLM2 asks for both cities, and then for more until max_tokens cuts it short (a call
+    # cut short is returned as written, as OpenAI does, with finish_reason "length")
+    whole = [c for c in message.tool_calls if _is_json(c.function.arguments)]
+    assert len(whole) >= 2 and [c.function.name for c in whole[:2]] == ["get_weather"] * 2
+    assert len(whole) == len(written) or reply.choices[0].finish_reason == "length"
+    for c in whole:
+        jsonschema.validate(json.loads(c.function.arguments), schemas[c.function.name])
+    message.tool_calls = whole
+    results = [{"role": "tool", "tool_call_id": c.id, "content": json.dumps({"temp_c": 20 + i})}
+               for i, c in enumerate(message.tool_calls)]  # fmt: skip
+    turn = [*ask, message.model_dump(exclude_none=True), *results]
+    after = await client.chat.completions.create(**kw, messages=turn)
+    assert after.choices[0].finish_reason in ("stop", "tool_calls", "length")
+    assert after.usage.prompt_tokens > reply.usage.prompt_tokens
+
+    # auto: SmolLM2 answers in text here (any call it made would parse, as above)
+    auto = await client.chat.completions.create(
+        **{**kw, "max_tokens": 12}, messages=ask, tool_choice="auto"
+    )
+    assert auto.choices[0].message.content and auto.choices[0].finish_reason == "length"
+
+    stream = await client.chat.completions.create(
+        **{**kw, "max_tokens": 80}, messages=ask, tool_choice="required", stream=True
+    )
+    calls: dict[int, dict] = {}
+    content, reasons = "", []
+    async for chunk in stream:
+        delta = chunk.choices[0].delta
+        content += delta.content or ""
+        reasons.append(chunk.choices[0].finish_reason)
+        for d in delta.tool_calls or ():
+            entry = calls.setdefault(d.index, {"id": "", "name": "", "arguments": ""})
+            entry["id"] += d.id or ""
+            entry["name"] += (d.function.name or "") if d.function else ""
+            entry["arguments"] += (d.function.arguments or "") if d.function else ""
+    assert [(c["name"], c["arguments"]) for c in calls.values()] == written
+    assert all(c["id"].startswith("call_") for c in calls.values())
+    assert (
+        content.strip() == (message.content or "") and reasons[-1] == reply.choices[0].finish_reason
+    )
 
 
 async def test_logprobs_through_the_openai_client(client, server):

@@ -16,12 +16,21 @@ app's own LLM calls, with their retrieved context, are not counted).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 from collections.abc import AsyncIterator
 from typing import Any
 
 from aiohttp import web
 
+from ayo.engines.llm.tools import (
+    CallDelta,
+    Tool,
+    ToolCall,
+    ToolCallParser,
+    parse_calls,
+    tool_grammar,
+)
 from ayo.server.errors import ApiError, bad_request, read_json
 from ayo.server.openai.generate import OFFLOAD_CHARS, encode_prompt, fit_sampling, generate
 from ayo.server.openai.requests import (
@@ -35,16 +44,17 @@ from ayo.server.openai.requests import (
     parse_prompts,
     parse_sampling,
     parse_stream,
+    parse_tool_fields,
 )
 from ayo.server.openai.stream import stream_chunks, usage_json
 from ayo.server.state import STATE, ServerState
 
 
-async def _render(llm: Any, messages: list[dict[str, Any]]) -> list[int]:
+async def _render(llm: Any, messages: list[dict[str, Any]], tools: list[Tool]) -> list[int]:
     """The chat template's token ids; long conversations are rendered off the event loop."""
     if sum(len(str(m.get("content") or "")) for m in messages) > OFFLOAD_CHARS:
-        return await asyncio.to_thread(llm.apply_chat_template, messages)
-    return llm.apply_chat_template(messages)
+        return await asyncio.to_thread(llm.apply_chat_template, messages, True, tools)
+    return llm.apply_chat_template(messages, True, tools)
 
 
 def count_tokens(llm: Any, text: str) -> int:
@@ -109,12 +119,14 @@ async def completions(request: web.Request) -> web.StreamResponse:
     want_logprobs = params.logprobs is not None
     if not opts.stream:
         texts, reasons, counts = [""] * len(ids), [None] * len(ids), [0] * len(ids)
+        cached = 0
         tokens: list[list] = [[] for _ in ids]
         async for p in pieces:
             texts[p.index] += p.text
             tokens[p.index] += p.tokens
             if p.finish_reason is not None:
                 reasons[p.index], counts[p.index] = p.finish_reason, p.completion_tokens
+                cached += p.cached_tokens
         choices = [
             {
                 "index": i,
@@ -125,7 +137,7 @@ async def completions(request: web.Request) -> web.StreamResponse:
             for i, (t, r) in enumerate(zip(texts, reasons))
         ]
         return web.json_response(
-            {**head, "choices": choices, "usage": usage_json(n_prompt, sum(counts))}
+            {**head, "choices": choices, "usage": usage_json(n_prompt, sum(counts), cached)}
         )
 
     written = [0] * len(ids)  # characters streamed so far, per prompt (text_offset)
@@ -155,6 +167,7 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     model = parse_model(body)
     kind = check_model(state, model, "chat")
     messages = parse_messages(body)
+    tooling = parse_tool_fields(body)
     limit = state.config.max_tokens_limit
     params, max_tokens = parse_sampling(body, default_max_tokens=None, limit=limit)
     opts = parse_stream(body)
@@ -175,14 +188,27 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
                 f"model {model!r} is an app, whose answer its workflow writes: structured output "
                 f"(response_format, guided_*) applies to {state.llm_id!r}"
             )
+        if tooling.tools:
+            raise bad_request(
+                f"model {model!r} is an app, whose workflow calls its own tools: tools are "
+                f"served for {state.llm_id!r}"
+            )
         return await _app_chat(request, state, model.removeprefix("app:"), messages, head, opts)
     llm = state.llm
     if not llm.tokenizer.has_chat_template:
         raise bad_request(f"model {model!r} has no chat template: use /v1/completions")
     from ayo.engines.llm import ContextLengthExceeded
 
+    if tooling.active:
+        if params.grammar is not None:
+            raise bad_request(
+                "fields 'tools' and 'response_format' (or guided_*) each constrain the output: "
+                "give one, or tool_choice 'none'"
+            )
+        grammar = tool_grammar(tooling.tools, tooling.choice, tooling.parallel)
+        params = dataclasses.replace(params, grammar=grammar)
     try:
-        ids = await _render(llm, messages)
+        ids = await _render(llm, messages, tooling.tools if tooling.active else [])
     except ContextLengthExceeded as exc:
         raise ApiError(422, "context_length_exceeded", f"field 'messages': {exc}") from None
     except Exception as exc:  # a template that rejects these messages (roles, order)
@@ -193,33 +219,85 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     pieces = generate(state.app, [ids], params, state.config.query_timeout_s)
     logprobs = (lambda tokens: chat_logprobs(llm, tokens)) if params.logprobs is not None else None
     if not opts.stream:
-        text, reason, count, tokens = "", None, 0, []
+        text, reason, count, tokens, cached = "", None, 0, [], 0
         async for p in pieces:
             text += p.text
             tokens += p.tokens
             if p.finish_reason is not None:
-                reason, count = p.finish_reason, p.completion_tokens
-        usage = usage_json(len(ids), count)
+                reason, count, cached = p.finish_reason, p.completion_tokens, p.cached_tokens
+        usage = usage_json(len(ids), count, cached)
         lp = logprobs(tokens) if logprobs else None
-        return web.json_response(_chat_body(head, text, reason, usage, lp))
-    return await _chatstream_chunks(request, pieces, head, opts, len(ids), logprobs)
+        calls: list[ToolCall] = []
+        if tooling.active:
+            text, calls = parse_calls(text)
+        return web.json_response(_chat_body(head, text, reason, usage, lp, calls))
+    parser = ToolCallParser() if tooling.active else None
+    return await _chatstream_chunks(request, pieces, head, opts, len(ids), logprobs, parser)
+
+
+def _finish_reason(reason: str | None, calls: bool) -> str | None:
+    """OpenAI's ``tool_calls`` where the model ended its turn with calls."""
+    return "tool_calls" if calls and reason == "stop" else reason
 
 
 def _chat_body(
-    head: dict[str, Any], text: str, reason: str | None, usage: dict, logprobs: Any = None
+    head: dict[str, Any],
+    text: str,
+    reason: str | None,
+    usage: dict,
+    logprobs: Any = None,
+    calls: list[ToolCall] = (),  # type: ignore[assignment]
 ) -> dict:
-    message = {"role": "assistant", "content": text}
-    choice = {"index": 0, "message": message, "logprobs": logprobs, "finish_reason": reason}
+    message: dict[str, Any] = {"role": "assistant", "content": text}
+    if calls:
+        message["content"] = text.strip() or None
+        message["tool_calls"] = [c.to_openai() for c in calls]
+    choice = {
+        "index": 0,
+        "message": message,
+        "logprobs": logprobs,
+        "finish_reason": _finish_reason(reason, bool(calls)),
+    }
     return {**head, "choices": [choice], "usage": usage}
 
 
-def _chatstream_chunks(request, pieces, head, opts, n_prompt, logprobs=None):
+def _call_deltas(deltas: list[CallDelta]) -> tuple[str, list[dict[str, Any]]]:
+    """A piece's content and its tool-call deltas as OpenAI streams them (per call index: its
+    id, type and name first, then pieces of its arguments)."""
+    content, by_index = "", {}
+    for d in deltas:
+        if d.index < 0:
+            content += d.content
+            continue
+        entry = by_index.setdefault(d.index, {"index": d.index})
+        if d.id:
+            entry.update(id=d.id, type="function")
+            entry.setdefault("function", {})["name"] = d.name
+        if d.arguments:
+            fn = entry.setdefault("function", {})
+            fn["arguments"] = fn.get("arguments", "") + d.arguments
+    for entry in by_index.values():
+        entry.setdefault("function", {}).setdefault("arguments", "")
+    return content, list(by_index.values())
+
+
+def _chatstream_chunks(request, pieces, head, opts, n_prompt, logprobs=None, parser=None):
     chunk_head = {**head, "object": "chat.completion.chunk"}
 
     def chunk(p: Any) -> dict[str, Any]:
-        delta = {"content": p.text} if p.text else {}
+        text, calls = p.text, []
+        if parser is not None:
+            deltas = parser.feed(p.text)
+            if p.finish_reason is not None:
+                deltas += parser.finish()
+            text, calls = _call_deltas(deltas)
+        delta: dict[str, Any] = {"content": text} if text else {}
+        if calls:
+            delta["tool_calls"] = calls
         lp = logprobs(p.tokens) if logprobs else None
-        choice = {"index": 0, "delta": delta, "logprobs": lp, "finish_reason": p.finish_reason}
+        made = parser is not None and bool(parser.calls)
+        reason = _finish_reason(p.finish_reason, made)
+        choice = {"index": 0, "delta": delta, "logprobs": lp, "finish_reason": reason}
         return {**chunk_head, "choices": [choice]}
 
     first = {

@@ -34,6 +34,7 @@ class Piece:
     finish_reason: str | None = None
     completion_tokens: int = 0
     tokens: tuple[tuple[int, Any], ...] = ()
+    cached_tokens: int = 0  # on the last piece: prompt tokens the prefix cache served
 
 
 def engine_error(exc: BaseException) -> ApiError:
@@ -117,7 +118,8 @@ async def generate_one(
                 yield Piece(index, piece.text, tokens=tuple(tokens))
                 tokens.clear()
         end = query.result()
-        yield Piece(index, "", end.finish_reason, len(end.token_ids), tuple(tokens))
+        cached = getattr(end, "num_cached_tokens", 0) or 0
+        yield Piece(index, "", end.finish_reason, len(end.token_ids), tuple(tokens), cached)
     finally:
         if not query.done():
             query.cancel()

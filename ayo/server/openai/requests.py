@@ -3,7 +3,7 @@
 Follows the OpenAI API where it is served (``max_tokens``/``max_completion_tokens``,
 ``temperature`` default 1, ``stop`` string or list, ``stream_options.include_usage``,
 ``frequency_penalty`` and ``presence_penalty``); fields that would change the output but are not
-implemented (``n`` > 1, ``echo``, tools, ``logit_bias``) are refused with 400
+implemented (``n`` > 1, ``echo``, the legacy ``functions``, ``logit_bias``) are refused with 400
 rather than ignored. Unknown fields are ignored, as OpenAI-compatible servers do (clients send
 vendor extras). Extensions (as vLLM's server): ``top_k``, ``ignore_eos`` and
 ``repetition_penalty``.
@@ -14,12 +14,19 @@ schema), and vLLM's extensions ``guided_json`` (a schema), ``guided_regex`` and
 ``guided_choice`` (a list of strings); at most one of them. A schema the grammar library cannot
 compile is a 400 from the engine, naming the problem.
 
+Tool calls (chat): ``tools``, ``tool_choice`` (``auto``, ``none``, ``required`` or a named
+function), ``parallel_tool_calls``; assistant messages with ``tool_calls`` and ``tool`` messages
+answering them by ``tool_call_id`` (400 naming an id no earlier call made). Calls are
+constrained by a grammar built from the tools' schemas (``ayo.engines.llm.tools``), so tools and
+``response_format`` are not given together.
+
 Log-probabilities: chat's ``logprobs`` / ``top_logprobs`` and completions' ``logprobs`` N, each
 token's from the model's own distribution (before penalties, grammar and temperature).
 """
 
 from __future__ import annotations
 
+import json
 import re
 import uuid
 from dataclasses import dataclass
@@ -27,6 +34,14 @@ from typing import Any
 
 from ayo.engines.errors import InvalidRequest
 from ayo.engines.llm.sampling import MAX_LOGPROBS, Grammar, SamplingParams
+from ayo.engines.llm.tools import (
+    Tool,
+    ToolCall,
+    ToolChoice,
+    check_tool_messages,
+    parse_tool_choice,
+    parse_tools,
+)
 from ayo.server.errors import ApiError, bad_request, field, integral, not_found, number_in
 from ayo.server.patterns import PROMPT_CHARACTER
 from ayo.server.state import ServerState
@@ -185,7 +200,7 @@ def _refuse_unsupported(body: dict[str, Any]) -> None:
     best_of = field(body, "best_of", int, 1)
     if best_of != 1:
         raise bad_request(f"field 'best_of' must be 1, got {best_of}")
-    for name in ("echo", "suffix", "logit_bias", "tools", "functions"):
+    for name in ("echo", "suffix", "logit_bias", "functions", "function_call"):
         value = body.get(name)
         if value not in (None, False, 0, "", [], {}):
             raise bad_request(f"field {name!r} is not supported by this server")
@@ -224,9 +239,33 @@ def _is_token(t: Any) -> bool:
 ROLES = ("system", "developer", "user", "assistant", "tool")
 
 
-def parse_messages(body: dict[str, Any]) -> list[dict[str, str]]:
+@dataclass(frozen=True)
+class ToolFields:
+    tools: list[Tool]
+    choice: ToolChoice
+    parallel: bool
+
+    @property
+    def active(self) -> bool:
+        """The model may call tools (their calls are parsed out of its answer)."""
+        return bool(self.tools) and self.choice.mode != "none"
+
+
+def parse_tool_fields(body: dict[str, Any]) -> ToolFields:
+    """``tools``, ``tool_choice`` and ``parallel_tool_calls`` (400 naming what is wrong)."""
+    try:
+        tools = parse_tools(field(body, "tools", list, []))
+        choice = parse_tool_choice(body.get("tool_choice"), tools)
+    except InvalidRequest as exc:
+        raise bad_request(f"field {exc}") from None  # "tools[1].function: ..."
+    return ToolFields(tools, choice, field(body, "parallel_tool_calls", bool, True))
+
+
+def parse_messages(body: dict[str, Any]) -> list[dict[str, Any]]:
     """``messages`` as ``[{"role", "content"}]`` with text content (a list of text parts is
-    joined; ``developer`` is the template's ``system``)."""
+    joined; ``developer`` is the template's ``system``); an assistant's ``tool_calls`` as
+    :class:`ToolCall`s, a tool result's ``tool_call_id``. 400 for a tool result no earlier
+    call asked for."""
     messages = field(body, "messages", list, required=True)
     if not messages:
         raise bad_request("field 'messages' must hold at least one message")
@@ -238,12 +277,42 @@ def parse_messages(body: dict[str, Any]) -> list[dict[str, str]]:
         role = m.get("role")
         if role not in ROLES:
             raise bad_request(f"field '{where}.role' must be one of {list(ROLES)}, got {role!r}")
-        out.append(
-            {
-                "role": "system" if role == "developer" else role,
-                "content": _text_content(m.get("content"), where),
-            }
-        )
+        message: dict[str, Any] = {
+            "role": "system" if role == "developer" else role,
+            "content": _text_content(m.get("content"), where),
+        }
+        if role == "assistant" and m.get("tool_calls"):
+            message["tool_calls"] = _tool_calls(m["tool_calls"], where)
+        if role == "tool":
+            if not isinstance(m.get("tool_call_id"), str):
+                raise bad_request(f"field '{where}.tool_call_id' (a string) is required")
+            message["tool_call_id"] = m["tool_call_id"]
+        out.append(message)
+    try:
+        check_tool_messages(out)
+    except InvalidRequest as exc:
+        raise bad_request(f"field 'messages': {exc}") from None
+    return out
+
+
+def _tool_calls(calls: Any, where: str) -> list[ToolCall]:
+    """An assistant message's ``tool_calls`` (OpenAI's shape; ``arguments`` JSON text)."""
+    if not isinstance(calls, list):
+        raise bad_request(f"field '{where}.tool_calls' must be a list")
+    out = []
+    for j, c in enumerate(calls):
+        at = f"{where}.tool_calls[{j}]"
+        fn = c.get("function") if isinstance(c, dict) else None
+        if not isinstance(fn, dict) or not isinstance(c.get("id"), str):
+            raise bad_request(f"field {at!r} must be {{'id', 'type': 'function', 'function'}}")
+        name, arguments = fn.get("name"), fn.get("arguments", "{}")
+        if not isinstance(name, str) or not isinstance(arguments, str):
+            raise bad_request(f"field '{at}.function' needs a string 'name' and 'arguments'")
+        try:
+            json.loads(arguments or "{}")
+        except ValueError:
+            raise bad_request(f"field '{at}.function.arguments' must be JSON text") from None
+        out.append(ToolCall(c["id"], name, arguments))
     return out
 
 

@@ -130,10 +130,15 @@ _SAMPLING = {
 _USAGE = {
     "type": "object",
     "properties": {
-        k: {"type": "integer"} for k in ("prompt_tokens", "completion_tokens", "total_tokens")
+        **{k: {"type": "integer"} for k in ("prompt_tokens", "completion_tokens", "total_tokens")},
+        "prompt_tokens_details": {
+            "type": "object",
+            "description": "cached_tokens: the prompt's tokens served by the prefix cache",
+            "properties": {"cached_tokens": {"type": "integer"}},
+        },
     },
 }
-_FINISH = {"type": ["string", "null"], "enum": ["stop", "length", None]}
+_FINISH = {"type": ["string", "null"], "enum": ["stop", "length", "tool_calls", None]}
 _SSE = {
     "text/event-stream": {
         "schema": {
@@ -200,14 +205,45 @@ def _response(object_name: str, content: str, content_schema: dict[str, Any]) ->
 
 
 _COMPLETION = _response("text_completion", "text", {"type": "string"})
+_TOOL_CALL = _object(
+    ["id", "type", "function"],
+    id={"type": "string"},
+    type={"const": "function"},
+    function=_object(
+        ["name", "arguments"],
+        name={"type": "string"},
+        arguments={"type": "string", "description": "the arguments as JSON text"},
+    ),
+)
 _CHAT = _response(
     "chat.completion",
     "message",
-    _object(["role", "content"], role={"const": "assistant"}, content={"type": "string"}),
+    _object(
+        ["role", "content"],
+        role={"const": "assistant"},
+        content={"type": ["string", "null"], "description": "null when the reply is tool calls"},
+        tool_calls={"type": "array", "items": _TOOL_CALL},
+    ),
+)
+_TOOL = _object(
+    ["type", "function"],
+    type={"const": "function"},
+    function=_object(
+        ["name"],
+        name={"type": "string", "pattern": "^[A-Za-z0-9_.\\-]{1,64}$"},
+        description={"type": "string"},
+        parameters={"type": "object", "description": "the arguments' JSON schema"},
+    ),
 )
 _MESSAGE = _object(
     ["role"],
     role={"enum": ["system", "developer", "user", "assistant", "tool"]},
+    tool_calls={"type": "array", "items": _TOOL_CALL, "description": "assistant messages"},
+    tool_call_id={
+        "type": "string",
+        "description": "tool messages: the id of the call answered (400 for an id no earlier "
+        "assistant message called)",
+    },
     content={
         "oneOf": [
             {"type": "string"},
@@ -309,6 +345,26 @@ OPENAPI_PATHS: dict[str, Any] = {
                             "description": "alternatives per token; needs logprobs: true",
                         },
                         messages={"type": "array", "minItems": 1, "items": _MESSAGE},
+                        tools={
+                            "type": ["array", "null"],
+                            "items": _TOOL,
+                            "description": "functions the model may call; calls are "
+                            "constrained to the tools' schemas (not with response_format)",
+                        },
+                        tool_choice={
+                            "description": "auto (default with tools), none, required, or "
+                            "{'type': 'function', 'function': {'name'}}",
+                            "oneOf": [
+                                {"enum": ["auto", "none", "required"]},
+                                _object(
+                                    ["type", "function"],
+                                    type={"const": "function"},
+                                    function=_object(["name"], name={"type": "string"}),
+                                ),
+                                {"type": "null"},
+                            ],
+                        },
+                        parallel_tool_calls={"type": ["boolean", "null"], "default": True},
                     )
                 ),
             },

@@ -21,9 +21,14 @@ from ayo.server.openai.requests import StreamOptions
 log = logging.getLogger(__name__)
 
 
-def usage_json(prompt: int, completion: int) -> dict[str, int]:
-    return {"prompt_tokens": prompt, "completion_tokens": completion,
-            "total_tokens": prompt + completion}  # fmt: skip
+def usage_json(prompt: int, completion: int, cached: int | None = None) -> dict[str, Any]:
+    """OpenAI's ``usage``; with ``cached``, ``prompt_tokens_details.cached_tokens``: the
+    prompt's tokens whose KV the prefix cache held (not computed again)."""
+    usage: dict[str, Any] = {"prompt_tokens": prompt, "completion_tokens": completion,
+                             "total_tokens": prompt + completion}  # fmt: skip
+    if cached is not None:
+        usage["prompt_tokens_details"] = {"cached_tokens": cached}
+    return usage
 
 
 class EventStream:
@@ -77,13 +82,14 @@ async def stream_chunks(
             head_piece = None
         sse = EventStream(request)
         await sse.open()
-        completion = 0
+        completion, cached = 0, 0
         try:
             if first is not None and not await sse.send({**first, **extra}):
                 return sse.response
             piece = head_piece
             while piece is not None:
                 completion += piece.completion_tokens
+                cached += getattr(piece, "cached_tokens", 0)
                 if not await sse.send({**chunk(piece), **extra}):
                     log.info("client left a streamed completion; closing its sequence")
                     return sse.response
@@ -98,7 +104,9 @@ async def stream_chunks(
             )
             return await sse.close()
         if opts.include_usage:
-            await sse.send({**head, "choices": [], "usage": usage_json(n_prompt, completion)})
+            await sse.send(
+                {**head, "choices": [], "usage": usage_json(n_prompt, completion, cached)}
+            )
         return await sse.close()
     finally:
         await it.aclose()
