@@ -36,6 +36,7 @@ from .ir.ops import Op, OpInfo
 from .ir.ports import Port, PortType
 from .ir.prompt import Prompt, RegexTokenizer, Tokenizer
 from .ir.render import plan_to_dot, plan_to_json
+from .ir.tools import TOOLS, ToolFn, register_tool
 from .ir.validate import validate
 from .ir.values import SKIPPED, Chunk, Doc, EndOfStream, SeqHandle
 from .profiles.profile import DEFAULT_PROFILES, EngineProfile, LatencyModel
@@ -50,6 +51,7 @@ __all__ = [
     "OUTPUT_ID",
     "SKIPPED",
     "TEMP_COLLECTION",
+    "TOOLS",
     "Chunk",
     "CycleError",
     "DeadlineExceeded",
@@ -82,6 +84,7 @@ __all__ = [
     "SeqHandle",
     "StreamError",
     "Tokenizer",
+    "ToolFn",
     "UnboundPortError",
     "UnknownPortError",
     "configs",
@@ -91,5 +94,6 @@ __all__ = [
     "plan_to_json",
     "primitives",
     "register_map",
+    "register_tool",
     "validate",
 ]

@@ -338,6 +338,9 @@ class App:
                 on_control=lambda node, t0, t1, ok: spans.append(
                     Span(query_id, node.id, "control", t0, t0, t1, 1, ok)
                 ),
+                on_span=lambda node_id, where, t0, t1, ok: spans.append(
+                    Span(query_id, node_id, where, t0, t0, t1, 1, ok)
+                ),
                 clock=self._clock,
             )
             try:

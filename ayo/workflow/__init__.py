@@ -2,6 +2,7 @@
 
 from ayo.scheduler import Prompt
 
+from .agent import Agent
 from .control import Aggregate, Condition, Map, Primitive
 from .core import InputShape, Module, ModuleHandle, Workflow, WorkflowBuilder, lower
 from .llm_modules import Generate, Judge, QueryExpansion, Synthesis
@@ -11,6 +12,7 @@ from .refs import PortRef
 
 __all__ = [
     "TEMP",
+    "Agent",
     "Aggregate",
     "Condition",
     "Embed",

@@ -182,6 +182,28 @@ class ScoreConfig(NodeConfig):
 
 
 @dataclass(frozen=True, slots=True)
+class AgentConfig(NodeConfig):
+    """An agent's loop: ``system`` and the ``task`` (the first user message, placeholders
+    filled with the node's inputs); ``tools`` by registered name; at most ``max_steps`` LLM
+    steps of at most ``max_tokens`` each (the first ``required_steps`` must call a tool, the
+    last one has none, so it answers); ``parallel``: several calls a step; the
+    built-in ``search`` tool reads ``k`` passages of ``collection`` with engines ``embedder``
+    and ``index``."""
+
+    task: Prompt
+    system: str = ""
+    tools: tuple[str, ...] = ()
+    max_steps: int = 4
+    max_tokens: int = 96
+    required_steps: int = 0
+    parallel: bool = True
+    embedder: str = "embedder"
+    index: str = "index"
+    collection: str = "default"
+    k: int = 2
+
+
+@dataclass(frozen=True, slots=True)
 class AggregateConfig(NodeConfig):
     mode: str
 

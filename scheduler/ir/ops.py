@@ -23,6 +23,7 @@ class Op(str, Enum):
     PARTIAL_DECODE = "PartialDecode"
     SCORE = "Score"
     GENERATE = "Generate"
+    AGENT = "Agent"
     CONDITION = "Condition"
     AGGREGATE = "Aggregate"
     MAP = "Map"
@@ -63,6 +64,7 @@ _INFO: dict[Op, OpInfo] = {
     Op.PARTIAL_DECODE: OpInfo("llm", True),
     Op.SCORE: OpInfo("llm", True),
     Op.GENERATE: OpInfo("llm", True),
+    Op.AGENT: OpInfo("llm", False),  # a loop of LLM steps and tool calls (runtime/agent.py)
     Op.CONDITION: OpInfo("", False),
     Op.AGGREGATE: OpInfo("", False),
     Op.MAP: OpInfo("", False),

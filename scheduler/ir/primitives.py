@@ -11,6 +11,7 @@ from collections.abc import Iterable
 from ayo.engines.llm.sampling import SamplingParams
 
 from .configs import (
+    AgentConfig,
     AggregateConfig,
     DecodeConfig,
     EmbedConfig,
@@ -214,6 +215,27 @@ def generate(node_id: str, engine: str, module: str = "") -> Node:
         (Port("completion", PortType.ANY),),
         module,
     )
+
+
+def agent(node_id: str, engine: str, config: AgentConfig, module: str = "") -> Node:
+    """The task's placeholders -> ``answer`` (text) and ``steps`` (what happened, step by step):
+    the model calls tools until it answers or ``max_steps`` (``runtime/agent.py``)."""
+    from .tools import get_tool
+
+    if not isinstance(config.task, Prompt):
+        raise PlanError("an Agent's task must be a Prompt", node=node_id)
+    for name in config.tools:
+        try:
+            get_tool(name)
+        except KeyError as exc:
+            raise PlanError(str(exc.args[0]), node=node_id) from None
+    if config.max_steps < 1 or config.max_tokens < 1 or config.k < 1:
+        raise PlanError("an Agent needs max_steps, max_tokens and k >= 1", node=node_id)
+    if not 0 <= config.required_steps < config.max_steps:
+        raise PlanError("an Agent's required_steps must be in [0, max_steps)", node=node_id)
+    ins = tuple(Port(p, T) for p in config.task.placeholders)
+    outs = (Port("answer", T), Port("steps", PortType.ANY))
+    return Node(node_id, Op.AGENT, engine, config, ins, outs, module)
 
 
 def condition(node_id: str, value_type: PortType, module: str = "") -> Node:

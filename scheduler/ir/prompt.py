@@ -202,6 +202,13 @@ class RegexTokenizer:
             ids.append(self._vocab[piece])
         return ids
 
+    def piece_id(self, piece: str) -> int:
+        """The id of ``piece`` as one token (a fake LLM's five-character "tokens")."""
+        if piece not in self._vocab:
+            self._vocab[piece] = len(self._pieces)
+            self._pieces.append(piece)
+        return self._vocab[piece]
+
     def encode_parts(self, parts: Sequence[tuple[str, bool]]) -> list[int]:
         """No control tokens here: the joined text."""
         return self.encode("".join(text for text, _ in parts))

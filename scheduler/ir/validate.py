@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections import Counter
 
 from .configs import (
+    AgentConfig,
     AggregateConfig,
     DecodeConfig,
     EmbedConfig,
@@ -55,6 +56,7 @@ _CONFIGS: dict[Op, type[NodeConfig]] = {
     Op.PARTIAL_DECODE: DecodeConfig,
     Op.SCORE: ScoreConfig,
     Op.GENERATE: NodeConfig,
+    Op.AGENT: AgentConfig,
     Op.AGGREGATE: AggregateConfig,
     Op.MAP: MapConfig,
 }
@@ -142,6 +144,14 @@ def _check_config(node: Node, pass_name: str) -> None:
         if not ok:
             raise PromptError(
                 f"input ports {sorted(data)} do not match the prompt's placeholders {sorted(want)}",
+                pass_name=pass_name,
+                node=node.id,
+            )
+    elif isinstance(node.config, AgentConfig):
+        if data != set(node.config.task.placeholders):
+            raise PromptError(
+                f"input ports {sorted(data)} do not match the task's placeholders "
+                f"{sorted(node.config.task.placeholders)}",
                 pass_name=pass_name,
                 node=node.id,
             )

@@ -67,6 +67,8 @@ class GraphRun:
         stream_nodes: decode nodes whose pieces go to ``on_piece`` (each has ``.text``; an LLM
             engine's are ``DecodePiece``s, with ``.logprobs`` where the decode asked).
         on_control: called with (node, start, end, ok) for each control primitive (traces).
+        on_span: called with (node id, where, start, end, ok) for work a primitive does off
+            the engines (an agent's tool calls, ``where`` = ``"tool"``).
         clock: seconds; ``time.monotonic`` unless told otherwise.
     """
 
@@ -82,11 +84,12 @@ class GraphRun:
         stream_nodes: frozenset[str] = frozenset(),
         on_piece: Callable[[Any], None] | None = None,
         on_control: Callable[[Node, float, float, bool], None] | None = None,
+        on_span: Callable[[str, str, float, float, bool], None] | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.plan = plan
         self.number = next(_numbers) if query_id is None else query_id
-        self.ctx = QueryContext(f"q{self.number}", engines)
+        self.ctx = QueryContext(f"q{self.number}", engines, on_span)
         self.costs = costs if costs is not None else PlanCosts.of(plan, {})
         self.deadline = deadline
         self._inputs = dict(inputs)
@@ -390,4 +393,4 @@ def answer_nodes(plan: Plan, port: str = "answer") -> frozenset[str]:
     if edge is None or edge.src == INPUT_ID:
         return frozenset()
     node = plan.node(edge.src)
-    return frozenset({node.id}) if node.op in (Op.DECODE, Op.GENERATE) else frozenset()
+    return frozenset({node.id}) if node.op in (Op.DECODE, Op.GENERATE, Op.AGENT) else frozenset()

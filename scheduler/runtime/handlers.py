@@ -29,6 +29,7 @@ from ..ir.ops import Op
 from ..ir.parsers import ItemParser, SentenceLimit
 from ..ir.prompt import Prompt
 from ..ir.values import SKIPPED, Doc, SeqHandle
+from .agent import run_agent
 
 logger = logging.getLogger(__name__)
 
@@ -37,13 +38,20 @@ class QueryContext:
     """Per-query state the handlers need: the engines, the LLM sequences still open and the
     temporary collections made (both released when the query ends, however it ends)."""
 
-    __slots__ = ("engines", "open_seqs", "query_id", "temp_collections")
+    __slots__ = ("engines", "on_span", "open_seqs", "query_id", "temp_collections")
 
-    def __init__(self, query_id: str, engines: Mapping[str, Any]) -> None:
+    def __init__(
+        self,
+        query_id: str,
+        engines: Mapping[str, Any],
+        on_span: Callable[[str, str, float, float, bool], None] | None = None,
+    ) -> None:
         self.query_id = query_id
         self.engines = engines
         self.temp_collections: set[tuple[str, str]] = set()
         self.open_seqs: dict[tuple[str, int], Any] = {}
+        # (node id, where, start, end, ok) of work a handler does off the engines (tool calls)
+        self.on_span = on_span
 
     async def release(self) -> None:
         """Close sequences left open (a failed or cancelled query) and drop temp collections."""
@@ -364,6 +372,7 @@ HANDLERS: dict[Op, Handler] = {
     Op.DECODE: _decode,
     Op.SCORE: _score,
     Op.GENERATE: _generate,
+    Op.AGENT: run_agent,
     Op.EMBED: _embed,
     Op.INGEST: _ingest,
     Op.SEARCH: _search,

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from ..ir.configs import AggregateConfig, DecodeConfig
+from ..ir.configs import AgentConfig, AggregateConfig, DecodeConfig
 from ..ir.graph import INPUT_ID, OUTPUT_ID, EdgeKind, Node, Plan
 from ..ir.ops import Op
 from ..ir.ports import PortType
@@ -19,7 +19,7 @@ from .handlers import CONTROL_HANDLERS
 def node_cost_ms(node: Node, profile: EngineProfile, items: int = 1) -> float:
     """Estimated milliseconds of one primitive alone on its engine (0 for control ops).
 
-    A decode costs ``max_tokens`` steps of one item; a prefill one item plus its prompt's tokens
+    A decode costs ``max_tokens`` steps of one item (an agent, its steps' worth); a prefill one item plus its prompt's tokens
     (template length / 4 plus ``placeholder_tokens`` per placeholder); others ``items`` items.
     """
     if not node.op.info.engine_kind:
@@ -28,6 +28,8 @@ def node_cost_ms(node: Node, profile: EngineProfile, items: int = 1) -> float:
     cfg = node.config
     if isinstance(cfg, DecodeConfig):
         return cfg.params.max_tokens * latency.estimate_ms(1)
+    if isinstance(cfg, AgentConfig):  # at most: every step decodes its whole budget
+        return cfg.max_steps * cfg.max_tokens * latency.estimate_ms(1)
     prompt = cfg.prompt_or_none
     if prompt is not None:
         tokens = len(prompt.template) // 4 + profile.placeholder_tokens * len(prompt.placeholders)

@@ -49,6 +49,7 @@ class PieceStream:
         self._params = params
         self._count = 0
         self._text: list[str] = []
+        self._ids: list[int] = []
         self.end: DecodeEnd | None = None
 
     def __aiter__(self) -> PieceStream:
@@ -60,11 +61,12 @@ class PieceStream:
         except StopAsyncIteration:
             if self.end is None:
                 reason = "length" if self._count >= self._params.max_tokens else "stop"
-                self.end = DecodeEnd(reason, tuple(range(self._count)), "".join(self._text),
+                self.end = DecodeEnd(reason, tuple(self._ids), "".join(self._text),
                                      0.0, (), 0, 0)  # fmt: skip
             raise
         self._count += 1
         self._text.append(piece.text)
+        self._ids.append(piece.token_id)
         return piece
 
     async def aclose(self) -> None:
@@ -151,7 +153,9 @@ class FakeLLM(_Delayed):
         limit = min(len(text), CHARS_PER_TOKEN * params.max_tokens)
         for index, start in enumerate(range(0, limit, CHARS_PER_TOKEN)):
             await self._work()
-            yield DecodePiece(index, text[start : start + CHARS_PER_TOKEN], index)
+            piece = text[start : start + CHARS_PER_TOKEN]
+            as_token = getattr(self.tokenizer, "piece_id", None)  # a test's own tokenizer: none
+            yield DecodePiece(as_token(piece) if as_token else index, piece, index)
 
     async def score(self, seq: int, candidates: list[str], *, info: Any = None) -> list[float]:
         await self._take_held(seq)
