@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+from .agent_rag import AGENT_RAG
 from .base import AppTemplate
 from .contextual_rag import CONTEXTUAL_RAG
 from .rag import ADVANCED_RAG, NAIVE_RAG
 from .search_gen import SEARCH_GEN
 
 APPS: dict[str, AppTemplate] = {
-    a.name: a for a in (NAIVE_RAG, ADVANCED_RAG, SEARCH_GEN, CONTEXTUAL_RAG)
+    a.name: a for a in (NAIVE_RAG, ADVANCED_RAG, SEARCH_GEN, CONTEXTUAL_RAG, AGENT_RAG)
 }
 
 
@@ -22,6 +23,7 @@ def get_app(name: str) -> AppTemplate:
 
 __all__ = [
     "ADVANCED_RAG",
+    "AGENT_RAG",
     "APPS",
     "CONTEXTUAL_RAG",
     "NAIVE_RAG",

@@ -26,6 +26,7 @@ SHAPES = {
     "advanced_rag": InputShape.from_sizes(question=1, documents=128),
     "search_gen": InputShape.from_sizes(question=1),
     "contextual_rag": InputShape.from_sizes(question=1, documents=16),
+    "agent_rag": InputShape.from_sizes(question=1),
 }
 
 
