@@ -224,10 +224,14 @@ async def _step(
                     run = _call(fns.get(d.call.name), d.call, name, cfg, ctx, info, seen)
                     calls.append((d.call, asyncio.create_task(run)))
         for d in parser.finish() if not answering else ():
-            if d.call is not None and _complete(d.call):  # a call cut short is not run
+            if d.call is None:
+                continue
+            if _complete(d.call):
                 name = f"{where}.{d.call.name}{len(calls)}"
                 run = _call(fns.get(d.call.name), d.call, name, cfg, ctx, info, seen)
-                calls.append((d.call, asyncio.create_task(run)))
+            else:  # cut short by max_tokens: not run, and not an answer either
+                run = _cut_short(params.max_tokens)
+            calls.append((d.call, asyncio.create_task(run)))
     except BaseException:
         for _, task in calls:
             task.cancel()
@@ -240,6 +244,10 @@ async def _step(
 
 class RepeatedCall(Exception):
     pass
+
+
+async def _cut_short(max_tokens: int) -> str:
+    return f"error: the call was cut short at {max_tokens} tokens; write a shorter one"
 
 
 def _complete(call: ToolCall) -> bool:

@@ -43,6 +43,8 @@ class ScriptedLLM(FakeLLM):
     """Writes tool calls on its first turn, the answer once it has read the results; appends
     what it decodes to the sequence, as the real engine does."""
 
+    cut = False
+
     async def _decode(self, seq, params):
         await self._take_held(seq)
         prompt = self.prompt_text(seq)
@@ -50,6 +52,8 @@ class ScriptedLLM(FakeLLM):
             calls = [ToolCall("", n, json.dumps({"word": "ayo"}))
                      for n in ("lookup", "boom", "hang", "opaque")]  # fmt: skip
             text = "Let me look.\n" + "\n".join(call_text(c) for c in calls)
+            if self.cut:  # and a fifth call that max_tokens cuts short
+                text += "\n" + call_text(ToolCall("", "lookup", '{"word": "zzz"}'))[:-20]
         else:
             text = "Ayo means joy."
         for index, start in enumerate(range(0, len(text), CHARS_PER_TOKEN)):
@@ -124,6 +128,19 @@ async def test_the_step_limit_ends_with_a_clear_reason():
     [step, summary] = result.outputs["steps"]
     assert summary["finish_reason"] == "max_steps" and "calls" not in step
     assert result.outputs["answer"].startswith("Let me look.\n<tool_call>")
+
+
+async def test_a_call_cut_short_is_not_run_and_not_the_answer():
+    app, llm = _app()
+    llm.cut = True
+    async with app:
+        result = await app.run("agent_test", {"question": "What does ayo mean?"})
+    first = result.outputs["steps"][0]
+    assert [c["name"] for c in first["calls"]] == ["lookup", "boom", "hang", "opaque", "lookup"]
+    assert first["calls"][-1]["result"].startswith("error: the call was cut short")
+    assert result.outputs["answer"] == "Ayo means joy."
+    spans = [s.node_id for s in result.trace.spans]
+    assert "agent.agent.step1.lookup4" not in spans  # never run
 
 
 def test_unknown_tools_and_bad_limits_are_refused_when_built():
