@@ -280,8 +280,8 @@ async def test_app_model_runs_the_app(client, server):
          "tool_choice": "sometimes"}, 400, "tool_choice"),
         ("/v1/chat/completions", {"model": MODEL, "messages": MESSAGES, "tools": TOOLS,
          "response_format": {"type": "json_object"}}, 400, "give one"),
-        ("/v1/chat/completions", {"model": MODEL, "tools": TOOLS, "messages": MESSAGES + [
-            {"role": "tool", "tool_call_id": "call_forged", "content": "42"}]}, 400,
+        ("/v1/chat/completions", {"model": MODEL, "tools": TOOLS, "messages": [
+            *MESSAGES, {"role": "tool", "tool_call_id": "call_forged", "content": "42"}]}, 400,
          "'call_forged'"),
         ("/v1/chat/completions", {"model": MODEL, "messages": [{"role": "assistant",
          "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "f",
