@@ -109,3 +109,34 @@ def test_a_call_cut_short_is_returned_as_written():
     assert content == "Sure." and call.name == "add" and call.arguments == '{"a": 1'
     content, calls = parse_calls('<tool_call>\n{"na')  # not even a name: it is text
     assert content == '<tool_call>\n{"na' and calls == []
+
+
+def test_a_template_that_renders_tools_gets_them_and_the_calls():
+    """A chat template with a tools section (as Hermes/Qwen templates have) is given the tools
+    and the assistant's calls (arguments as objects); contents stay data."""
+    import copy
+
+    from ayo.engines.llm.tokenizer import ChatTokenizer
+    from ayo.engines.llm.tools import chat_messages
+    from ayo.runtime.defaults import default_tokenizer
+
+    hf = copy.deepcopy(default_tokenizer().hf)
+    hf.chat_template = (
+        "{% for t in tools or [] %}[tool {{ t.function.name }}]{% endfor %}"
+        "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}"
+        "{% for c in m.tool_calls or [] %}[call {{ c.function.name }} "
+        "{{ c.function.arguments.a }}]{% endfor %}<|im_end|>\n{% endfor %}"
+        "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+    )
+    tok = ChatTokenizer(hf)
+    assert tok.renders_tools
+    messages = [
+        {"role": "user", "content": "add 1 and 2"},
+        {"role": "assistant", "content": "", "tool_calls": [ToolCall("c1", "add", '{"a": 1}')]},
+        {"role": "tool", "tool_call_id": "c1", "content": "3"},
+    ]
+    plain, listed = chat_messages(messages, TOOLS, tok.renders_tools)
+    text = "".join(t for t, _ in tok.render_chat_parts(plain, tools=listed))
+    assert text.startswith("[tool add][tool search]<|im_start|>user\nadd 1 and 2")
+    assert "[call add 1]" in text and "<|im_start|>tool\n3<|im_end|>" in text
+    assert not ChatTokenizer(default_tokenizer().hf).renders_tools  # SmolLM2's has no tools
