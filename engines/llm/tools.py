@@ -202,8 +202,9 @@ def tool_grammar(
 
 def answer_grammar() -> Grammar:
     """Free text that spells no tool tag (nor one like it: a small model writes
-    ``<tool_response_json>``): an agent's answer after it has read tool results."""
-    fmt = {"type": "any_text", "excludes": ["<tool_", "</tool_"]}
+    ``<tool_response_json>`` or ``<tool-call>``): an agent's answer after it has read tool
+    results."""
+    fmt = {"type": "any_text", "excludes": ["<tool", "</tool"]}
     return Grammar.structural_tag({"type": "structural_tag", "format": fmt})
 
 
