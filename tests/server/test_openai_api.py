@@ -289,6 +289,10 @@ async def test_app_model_runs_the_app(client, server):
          400, "arguments"),
         ("/v1/chat/completions", {"model": "app:short_rag", "messages": MESSAGES,
          "tools": TOOLS}, 400, "tools"),
+        ("/v1/chat/completions", {"model": MODEL, "messages": MESSAGES, "tool_choice": "required",
+         "tools": [{"type": "function", "function": {"name": "f", "parameters":
+                    {"type": "object", "properties": {"x": {"type": "tensor"}}}}}]}, 400,
+         "tensor"),
     ],
 )  # fmt: skip
 async def test_errors(server_url, path, body, status, needle):
