@@ -156,6 +156,14 @@ class RecordingTokenizer:
     def render_chat(self, messages: list[dict[str, str]]) -> str | None:
         return self.inner.render_chat(messages)
 
+    def render_chat_parts(self, messages: Any, add_generation_prompt: bool = True,
+                          tools: Any = None) -> Any:  # fmt: skip
+        return self.inner.render_chat_parts(messages, add_generation_prompt, tools)
+
+    @property
+    def renders_tools(self) -> bool:
+        return self.inner.renders_tools
+
 
 class RecordingLLM:
     """Ayo's LLM engine recording each call as the peer does: the prompt string, its token ids,

@@ -168,6 +168,12 @@ class _NullTokenizer:
     def render_chat(self, messages: list[dict[str, str]]) -> str | None:
         return None
 
+    def render_chat_parts(self, messages: Any, add_generation_prompt: bool = True,
+                          tools: Any = None) -> None:  # fmt: skip
+        return None
+
+    renders_tools = False
+
 
 async def _yes() -> Any:
     yield DecodePiece(0, "yes", 0)

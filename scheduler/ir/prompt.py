@@ -6,7 +6,7 @@ import re
 import string
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 from .errors import PromptError
 
@@ -26,6 +26,21 @@ class Tokenizer(Protocol):
     def render_chat(self, messages: list[dict[str, str]]) -> str | None:
         """The messages (``[{"role", "content"}]``) in the model's chat template, ending where
         the assistant's answer begins; None when the model has no template (a base model)."""
+        ...
+
+    def render_chat_parts(
+        self,
+        messages: list[dict[str, Any]],
+        add_generation_prompt: bool = True,
+        tools: list[dict[str, Any]] | None = None,
+    ) -> list[tuple[str, bool]] | None:
+        """The messages in the chat template as ``encode_parts`` parts (each content is data),
+        ``tools`` (OpenAI's list) given to a template that renders them; None without one."""
+        ...
+
+    @property
+    def renders_tools(self) -> bool:
+        """The chat template renders ``tools`` and tool calls itself."""
         ...
 
 
@@ -194,16 +209,10 @@ class RegexTokenizer:
         self._pieces: list[str] = []
 
     def encode(self, text: str) -> list[int]:
-        ids = []
-        for piece in self._PIECE.findall(text):
-            if piece not in self._vocab:
-                self._vocab[piece] = len(self._pieces)
-                self._pieces.append(piece)
-            ids.append(self._vocab[piece])
-        return ids
+        return [self.piece_id(piece) for piece in self._PIECE.findall(text)]
 
     def piece_id(self, piece: str) -> int:
-        """The id of ``piece`` as one token (a fake LLM's five-character "tokens")."""
+        """The id of ``piece`` as one token (a fake LLM's five-character "tokens" too)."""
         if piece not in self._vocab:
             self._vocab[piece] = len(self._pieces)
             self._pieces.append(piece)
@@ -219,3 +228,13 @@ class RegexTokenizer:
     def render_chat(self, messages: list[dict[str, str]]) -> str | None:
         """No chat template: prompts stay plain text."""
         return None
+
+    def render_chat_parts(
+        self,
+        messages: list[dict[str, Any]],
+        add_generation_prompt: bool = True,
+        tools: list[dict[str, Any]] | None = None,
+    ) -> list[tuple[str, bool]] | None:
+        return None
+
+    renders_tools = False

@@ -80,10 +80,8 @@ class Conversation:
 
     def _parts(self, messages: list[dict[str, Any]]) -> list[tuple[str, bool]]:
         tok = self.llm.tokenizer
-        native = bool(getattr(tok, "renders_tools", False))
-        msgs, listed = chat_messages(messages, self.tools, native)
-        render = getattr(tok, "render_chat_parts", None)
-        parts = render(msgs, True, listed) if render is not None else None
+        msgs, listed = chat_messages(messages, self.tools, tok.renders_tools)
+        parts = tok.render_chat_parts(msgs, True, listed)
         return parts if parts is not None else _plain_parts(msgs)
 
     async def extend(self, messages: list[dict[str, Any]], info: RequestInfo | None) -> None:
