@@ -84,6 +84,15 @@ class ToolCall:
     def parsed_arguments(self) -> Any:
         return json.loads(self.arguments or "{}")
 
+    @property
+    def complete(self) -> bool:
+        """Its arguments are whole JSON (not cut short by ``max_tokens``)."""
+        try:
+            json.loads(self.arguments)
+        except ValueError:
+            return False
+        return True
+
 
 def new_call_id() -> str:
     return f"call_{uuid.uuid4().hex[:24]}"

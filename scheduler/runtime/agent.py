@@ -167,7 +167,12 @@ async def run_agent(
             text, calls, end = await _step(
                 conv, params, answering, seen, where, fns, cfg, ctx, info
             )
-            results = await asyncio.gather(*(task for _, task in calls))
+            try:
+                results = await asyncio.gather(*(task for _, task in calls))
+            except BaseException:  # an engine failed under a tool: the others stop too
+                for _, task in calls:
+                    task.cancel()
+                raise
             messages.append({"role": "assistant", "content": text})
             step: dict[str, Any] = {"step": k, "text": text, "finish_reason": end.finish_reason}
             if calls:
@@ -224,7 +229,7 @@ async def _step(
         for d in parser.finish() if not answering else ():
             if d.call is None:
                 continue
-            if _complete(d.call):
+            if d.call.complete:
                 name = f"{where}.{d.call.name}{len(calls)}"
                 run = _call(fns.get(d.call.name), d.call, name, cfg, ctx, info, seen)
             else:  # cut short by max_tokens: not run, and not an answer either
@@ -240,20 +245,8 @@ async def _step(
     return text, calls, stream.end
 
 
-class RepeatedCall(Exception):
-    pass
-
-
 async def _cut_short(max_tokens: int) -> str:
     return f"error: the call was cut short at {max_tokens} tokens; write a shorter one"
-
-
-def _complete(call: ToolCall) -> bool:
-    try:
-        json.loads(call.arguments)
-    except ValueError:
-        return False
-    return True
 
 
 async def _call(
@@ -265,46 +258,62 @@ async def _call(
     info: Any,
     seen: set[tuple[str, str]],
 ) -> str:
-    """A tool's result as text for the model: its JSON (a string as it is), or ``error: ...``.
-    A call the conversation already made is not run again (a small model repeats itself)."""
+    """A tool's result as text for the model: its JSON (a string as it is), or ``error: ...``
+    for a call the model got wrong (unknown tool, arguments that are no object, a call the
+    conversation already made: a small model repeats itself), a timeout, or a user tool that
+    raised or returned what JSON cannot hold. The built-in search's engines failing is not
+    the model's doing: that error fails the query."""
     start, ok = time.monotonic(), False
     try:
-        if fn is None:
-            raise LookupError(f"no tool named {call.name!r}")
-        args = call.parsed_arguments()
-        if not isinstance(args, dict):
-            raise TypeError("the arguments must be a JSON object")
-        key = (call.name, json.dumps(args, sort_keys=True))
-        if key in seen:
-            raise RepeatedCall("this exact call was made before: its result is above")
-        seen.add(key)
-        if fn.func is None:  # the built-in search, on the agent's own engines
-            value: Any = await asyncio.wait_for(
-                _search(args, cfg, ctx, info, node_id), fn.timeout_s
-            )
-        elif inspect.iscoroutinefunction(fn.func):
-            value = await asyncio.wait_for(fn.func(**args), fn.timeout_s)
+        args = _checked(fn, call, seen)
+        if fn is None or isinstance(args, str):  # the model's mistake: it reads why
+            result = str(args)
+        elif fn.func is None:  # the built-in search, on the agent's own engines
+            result = await asyncio.wait_for(_search(args, cfg, ctx, info, node_id), fn.timeout_s)
+            ok = True
         else:
-            value = await asyncio.wait_for(asyncio.to_thread(fn.func, **args), fn.timeout_s)
-        result, ok = (value if isinstance(value, str) else json.dumps(value)), True
+            result, ok = await _user_tool(fn, args), True
     except asyncio.TimeoutError:
         result = f"error: tool {call.name!r} took longer than {fn.timeout_s if fn else 0:g} s"
-    except asyncio.CancelledError:
-        raise
-    except Exception as exc:  # the tool's own failure is the model's to read, never a 500
-        result = f"error: {type(exc).__name__}: {exc}"
     finally:
         if ctx.on_span is not None:
             ctx.on_span(node_id, "tool", start, time.monotonic(), ok)
     return result[:MAX_RESULT_CHARS]
 
 
+def _checked(fn: ToolFn | None, call: ToolCall, seen: set[tuple[str, str]]) -> dict | str:
+    """The call's arguments, or the error the model reads instead of a result."""
+    if fn is None:
+        return f"error: no tool named {call.name!r}"
+    args = call.parsed_arguments()
+    if not isinstance(args, dict):
+        return "error: the arguments must be a JSON object"
+    key = (call.name, json.dumps(args, sort_keys=True))
+    if key in seen:
+        return "error: this exact call was made before: its result is above"
+    seen.add(key)
+    if fn.func is None and not str(args.get("query") or "").strip():
+        return "error: search needs a non-empty 'query'"
+    return args
+
+
+async def _user_tool(fn: ToolFn, args: dict[str, Any]) -> str:
+    """A registered function's result as JSON text; what it raises is the model's to read."""
+    try:
+        if inspect.iscoroutinefunction(fn.func):
+            value = await asyncio.wait_for(fn.func(**args), fn.timeout_s)
+        else:
+            value = await asyncio.wait_for(asyncio.to_thread(fn.func, **args), fn.timeout_s)
+        return value if isinstance(value, str) else json.dumps(value)
+    except asyncio.TimeoutError:
+        raise
+    except Exception as exc:  # the user's code failing (or non-JSON data): never a 500
+        return f"error: {type(exc).__name__}: {exc}"
+
+
 async def _search(args: dict[str, Any], cfg: Any, ctx: Any, info: Any, node_id: str) -> str:
-    query = args.get("query")
-    if not isinstance(query, str) or not query.strip():
-        raise ValueError("search needs a non-empty 'query'")
     vectors = await ctx.engines[cfg.embedder].embed(
-        [query], info=_step_info(info, f"{node_id}.embed", "Embed")
+        [str(args["query"])], info=_step_info(info, f"{node_id}.embed", "Embed")
     )
     [hits] = await ctx.engines[cfg.index].search(
         cfg.collection, list(vectors), cfg.k, info=_step_info(info, f"{node_id}.search", "Search")

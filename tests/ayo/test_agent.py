@@ -44,13 +44,14 @@ class ScriptedLLM(FakeLLM):
     what it decodes to the sequence, as the real engine does."""
 
     cut = False
+    script = ("lookup", "boom", "hang", "opaque")
 
     async def _decode(self, seq, params):
         await self._take_held(seq)
         prompt = self.prompt_text(seq)
         if "</tool_response>" not in prompt:
-            calls = [ToolCall("", n, json.dumps({"word": "ayo"}))
-                     for n in ("lookup", "boom", "hang", "opaque")]  # fmt: skip
+            calls = [ToolCall("", n, json.dumps({"query" if n == "search" else "word": "ayo"}))
+                     for n in self.script]  # fmt: skip
             text = "Let me look.\n" + "\n".join(call_text(c) for c in calls)
             if self.cut:  # and a fifth call that max_tokens cuts short
                 text += "\n" + call_text(ToolCall("", "lookup", '{"word": "zzz"}'))[:-20]
@@ -68,7 +69,8 @@ def _workflow(max_steps: int = 3):
     wf = WorkflowBuilder("agent_test")
     question = wf.input("question")
     out = wf.add(Agent("agent", Prompt("Q: {question}"), {"question": question},
-                       tools=("lookup", "boom", "hang", "opaque"), max_steps=max_steps))  # fmt: skip
+                       tools=("lookup", "boom", "hang", "opaque", "search"),
+                       max_steps=max_steps))  # fmt: skip
     wf.output("answer", out["answer"])
     wf.output("steps", out["steps"])
     return wf.build()
@@ -141,6 +143,23 @@ async def test_a_call_cut_short_is_not_run_and_not_the_answer():
     assert result.outputs["answer"] == "Ayo means joy."
     spans = [s.node_id for s in result.trace.spans]
     assert "agent.agent.step1.lookup4" not in spans  # never run
+
+
+async def test_an_engine_failing_under_the_search_tool_fails_the_query():
+    """A tool's own failure is the model's to read; the runtime's engines failing is not:
+    the query fails with the error, naming the agent."""
+    from ayo.scheduler import ExecutionError
+
+    app, llm = _app()
+    llm.script = ("lookup", "search")
+
+    async def broken(texts, *, info=None):
+        raise RuntimeError("embedder down")
+
+    app.engines.instances("embedder")[0].embed = broken
+    async with app:
+        with pytest.raises(ExecutionError, match="embedder down"):
+            await app.run("agent_test", {"question": "What does ayo mean?"})
 
 
 def test_unknown_tools_and_bad_limits_are_refused_when_built():
