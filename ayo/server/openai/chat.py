@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 from aiohttp import web
@@ -246,7 +246,7 @@ def _chat_body(
     reason: str | None,
     usage: dict,
     logprobs: Any = None,
-    calls: list[ToolCall] = (),  # type: ignore[assignment]
+    calls: Sequence[ToolCall] = (),
 ) -> dict:
     message: dict[str, Any] = {"role": "assistant", "content": text}
     if calls:

@@ -26,7 +26,6 @@ token's from the model's own distribution (before penalties, grammar and tempera
 
 from __future__ import annotations
 
-import json
 import re
 import uuid
 from dataclasses import dataclass
@@ -308,11 +307,10 @@ def _tool_calls(calls: Any, where: str) -> list[ToolCall]:
         name, arguments = fn.get("name"), fn.get("arguments", "{}")
         if not isinstance(name, str) or not isinstance(arguments, str):
             raise bad_request(f"field '{at}.function' needs a string 'name' and 'arguments'")
-        try:
-            json.loads(arguments or "{}")
-        except ValueError:
-            raise bad_request(f"field '{at}.function.arguments' must be JSON text") from None
-        out.append(ToolCall(c["id"], name, arguments))
+        call = ToolCall(c["id"], name, arguments or "{}")
+        if not call.complete:
+            raise bad_request(f"field '{at}.function.arguments' must be JSON text")
+        out.append(call)
     return out
 
 
