@@ -15,7 +15,7 @@ from ayo.workflow import (
 )
 
 from .base import AppTemplate
-from .rag import ANSWER, ANSWER_TOKENS, answering
+from .rag import ANSWER, ANSWER_TOKENS, _ids, answering
 
 CONTEXT = Prompt.chat(
     "Write one short sentence that says what this passage is about.\nPassage: {chunk}"
@@ -40,6 +40,7 @@ def build_contextual_rag(shape: InputShape, answer_tokens: int = ANSWER_TOKENS) 
         )
     )
     wf.output("answer", answer["answer"])
+    wf.output("sources", _ids(wf, "sources", best["docs"]))
     return wf.build()
 
 
