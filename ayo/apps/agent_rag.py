@@ -7,7 +7,7 @@ from ayo.scheduler import Prompt
 from ayo.workflow import Agent, InputShape, Workflow, WorkflowBuilder
 
 from .base import AppTemplate
-from .rag import ANSWER_TOKENS
+from .rag import ANSWER_TOKENS, MAX_SENTENCES, STOP
 
 SYSTEM = (
     "You answer questions with facts from an encyclopedia. Search it for each fact you need, "
@@ -35,6 +35,8 @@ def build_agent_rag(shape: InputShape, answer_tokens: int = ANSWER_TOKENS) -> Wo
             required_steps=1,  # a 135M model answers from memory unless made to search first
             parallel=False,
             k=2,
+            stop=STOP,
+            max_sentences=MAX_SENTENCES,
         )
     )
     wf.output("answer", out["answer"])

@@ -18,7 +18,8 @@ from .refs import PortRef, freeze_bindings
 class Agent(Module):
     """The model works on ``task`` (a prompt whose placeholders are bound like an LLM
     module's), calling ``tools`` (registered names, ``ayo.scheduler.register_tool``; built in:
-    ``search`` over ``collection``, ``calculator``) until it answers or ``max_steps``.
+    ``search`` over ``collection``, ``calculator``) until it answers or ``max_steps``; the
+    answer ends at a ``stop`` string or after ``max_sentences`` sentences (0: no limit).
     Outputs ``answer`` (text) and ``steps`` (each step's text, calls and results, then a
     summary: ``finish_reason``, tokens ``prefilled`` and ``reprefilled``)."""
 
@@ -36,10 +37,13 @@ class Agent(Module):
     llm: str = "llm"
     embedder: str = "embedder"
     index: str = "index"
+    stop: tuple[str, ...] = ()
+    max_sentences: int = 0
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "bind", freeze_bindings(self.bind))
         object.__setattr__(self, "tools", tuple(self.tools))
+        object.__setattr__(self, "stop", tuple(self.stop))
         if not isinstance(self.task, Prompt):
             raise PlanError(f"task must be a Prompt, got {type(self.task).__name__}", node=self.id)
         self.task.check_bindings(set(dict(self.bind)), node=self.id)
@@ -49,7 +53,7 @@ class Agent(Module):
         return AgentConfig(
             self.task, self.system, self.tools, self.max_steps, self.max_tokens,
             self.required_steps, self.parallel, self.embedder, self.index, self.collection,
-            self.k,
+            self.k, self.stop, self.max_sentences,
         )  # fmt: skip
 
     def refs(self) -> dict[str, PortRef]:

@@ -188,7 +188,8 @@ class AgentConfig(NodeConfig):
     steps of at most ``max_tokens`` each (the first ``required_steps`` must call a tool, the
     last one has none, so it answers); ``parallel``: several calls a step; the
     built-in ``search`` tool reads ``k`` passages of ``collection`` with engines ``embedder``
-    and ``index``."""
+    and ``index``. The answer (a step that calls no tool) ends at a ``stop`` string or after
+    ``max_sentences`` sentences (0: no limit), as a Synthesis answer does."""
 
     task: Prompt
     system: str = ""
@@ -201,6 +202,8 @@ class AgentConfig(NodeConfig):
     index: str = "index"
     collection: str = "default"
     k: int = 2
+    stop: tuple[str, ...] = ()
+    max_sentences: int = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -231,6 +231,8 @@ def agent(node_id: str, engine: str, config: AgentConfig, module: str = "") -> N
             raise PlanError(str(exc.args[0]), node=node_id) from None
     if config.max_steps < 1 or config.max_tokens < 1 or config.k < 1:
         raise PlanError("an Agent needs max_steps, max_tokens and k >= 1", node=node_id)
+    if config.max_sentences < 0:
+        raise PlanError("an Agent's max_sentences must be >= 0 (0: no limit)", node=node_id)
     if not 0 <= config.required_steps < config.max_steps:
         raise PlanError("an Agent's required_steps must be in [0, max_steps)", node=node_id)
     ins = tuple(Port(p, T) for p in config.task.placeholders)

@@ -43,6 +43,7 @@ from ayo.engines.llm.tools import (
 
 from ..batching.request_info import RequestInfo
 from ..ir.graph import Node
+from ..ir.parsers import SentenceLimit
 from ..ir.tools import ToolFn, get_tool
 
 log = logging.getLogger(__name__)
@@ -163,8 +164,13 @@ async def run_agent(
             answering = grammar is None
             if answering and specs:
                 grammar = answer_grammar()
-            params = SamplingParams(max_tokens=cfg.max_tokens, temperature=0.0, grammar=grammar)
-            text, calls, end = await _step(
+            params = SamplingParams(
+                max_tokens=cfg.max_tokens,
+                temperature=0.0,
+                grammar=grammar,
+                stop=cfg.stop if answering else (),
+            )
+            text, calls, reason = await _step(
                 conv, params, answering, seen, where, fns, cfg, ctx, info
             )
             try:
@@ -174,7 +180,7 @@ async def run_agent(
                     task.cancel()
                 raise
             messages.append({"role": "assistant", "content": text})
-            step: dict[str, Any] = {"step": k, "text": text, "finish_reason": end.finish_reason}
+            step: dict[str, Any] = {"step": k, "text": text, "finish_reason": reason}
             if calls:
                 step["calls"] = [
                     {"name": c.name, "arguments": c.arguments, "result": r}
@@ -182,7 +188,8 @@ async def run_agent(
                 ]
             steps.append(step)
             if not calls:
-                answer, finish = text.strip(), end.finish_reason
+                answer = _answer_text(text, cfg.stop, cfg.max_sentences)
+                finish = reason
                 if last and specs:  # it answers because it may call nothing more
                     finish = "max_steps"
                 break
@@ -210,15 +217,22 @@ async def _step(
     cfg: Any,
     ctx: Any,
     info: RequestInfo | None,
-) -> tuple[str, list[tuple[ToolCall, asyncio.Task[str]]], Any]:
-    """One decode; each call starts its tool as soon as it is complete in the stream."""
+) -> tuple[str, list[tuple[ToolCall, asyncio.Task[str]]], str]:
+    """One decode (its text, calls and finish reason); each call starts its tool as soon as it
+    is complete in the stream."""
     parser = ToolCallParser()
     calls: list[tuple[ToolCall, asyncio.Task[str]]] = []
     stream = conv.decode(params, _step_info(info, f"{where}.decode", "Decode"))
+    limit = SentenceLimit(cfg.max_sentences) if answering and cfg.max_sentences else None
     text = ""
     try:
         async for piece in stream:
             text += piece.text
+            if limit is not None:  # the answer ends after its last sentence
+                limit.feed(piece.text)
+                if limit.done:
+                    text = limit.text
+                    break
             if answering:  # no tools this step: its text is the answer
                 continue
             for d in parser.feed(piece.text):
@@ -242,7 +256,20 @@ async def _step(
     finally:
         await stream.aclose()
     conv.decoded(text, stream.end)
-    return text, calls, stream.end
+    cut = limit is not None and limit.done  # ended here, after its last sentence
+    return text, calls, "stop" if cut else stream.end.finish_reason
+
+
+def _answer_text(text: str, stop: tuple[str, ...], max_sentences: int) -> str:
+    """An answer cut at its first ``stop`` string and after ``max_sentences`` sentences: an
+    ``auto`` step that answered was decoded without them, as a call could have followed."""
+    cut = min((i for i in (text.find(s) for s in stop) if i >= 0), default=len(text))
+    text = text[:cut]
+    if max_sentences:
+        limit = SentenceLimit(max_sentences)
+        limit.feed(text + " ")
+        text = limit.text
+    return text.strip()
 
 
 async def _cut_short(max_tokens: int) -> str:

@@ -65,22 +65,22 @@ class ScriptedLLM(FakeLLM):
             yield DecodePiece(token, piece, index)
 
 
-def _workflow(max_steps: int = 3):
+def _workflow(max_steps: int = 3, **answer):
     wf = WorkflowBuilder("agent_test")
     question = wf.input("question")
     out = wf.add(Agent("agent", Prompt("Q: {question}"), {"question": question},
                        tools=("lookup", "boom", "hang", "opaque", "search"),
-                       max_steps=max_steps))  # fmt: skip
+                       max_steps=max_steps, **answer))  # fmt: skip
     wf.output("answer", out["answer"])
     wf.output("steps", out["steps"])
     return wf.build()
 
 
-def _app(max_steps: int = 3) -> tuple[App, ScriptedLLM]:
+def _app(max_steps: int = 3, **answer) -> tuple[App, ScriptedLLM]:
     app, llm = App(), ScriptedLLM(name="llm")
     for name, engine in {**fake_engines(), "llm": llm}.items():
         app.add_engine(name, engine)
-    app.add_workflow(_workflow(max_steps))
+    app.add_workflow(_workflow(max_steps, **answer))
     return app, llm
 
 
@@ -130,6 +130,17 @@ async def test_the_step_limit_ends_with_a_clear_reason():
     [step, summary] = result.outputs["steps"]
     assert summary["finish_reason"] == "max_steps" and "calls" not in step
     assert result.outputs["answer"].startswith("Let me look.\n<tool_call>")
+
+
+async def test_the_answer_ends_at_its_stop_string_or_sentence_limit():
+    for answer, expected in (
+        ({"max_sentences": 1}, "Let me look."),
+        ({"stop": ("look",)}, "Let me"),
+    ):
+        app, _ = _app(max_steps=1, **answer)
+        async with app:
+            result = await app.run("agent_test", {"question": "?"})
+        assert result.outputs["answer"] == expected
 
 
 async def test_a_call_cut_short_is_not_run_and_not_the_answer():
