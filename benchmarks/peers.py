@@ -89,7 +89,7 @@ def app_spec(name: str, render_chat: Any = None) -> dict[str, Any]:
     searches, (synth,) = mods.get(Search, []), mods.get(Synthesis, [None])
     if synth is None:
         raise ValueError(f"{name}: the LlamaIndex side implements one-shot RAG and expansion + "
-                         "rerank + refine RAG; this app's modules are neither")  # fmt: skip
+                         "rerank + one-shot or refine RAG; this app's modules are neither")  # fmt: skip
     stops = {"stop": list(synth.stop), "max_sentences": synth.max_sentences}
     answer = synth.prompt.for_model(render_chat).template
     if set(mods) == {Search, Synthesis} and len(searches) == 1 and synth.mode == "one_shot":
@@ -98,13 +98,13 @@ def app_spec(name: str, render_chat: Any = None) -> dict[str, Any]:
     asked = [s for s in searches if s.query.module == INPUTS]  # the question searched as well
     if (
         set(mods) == {QueryExpansion, Search, Rerank, Synthesis}
-        and synth.mode == "refine"
+        and (synth.mode == "one_shot" or (synth.mode == "refine" and rerank.top_k == synth.steps))
         and expand.parse == "lines"
-        and rerank.top_k == synth.steps
         and len(searches) == 2
         and len(asked) == 1
         and searches[0].k == searches[1].k
     ):
+        refine = synth.refine_prompt if synth.mode == "refine" else None
         return {
             "queries": expand.n,
             "k": searches[0].k,
@@ -112,12 +112,12 @@ def app_spec(name: str, render_chat: Any = None) -> dict[str, Any]:
             "candidates": rerank.candidates,
             "expand": expand.prompt.for_model(render_chat).template,
             "answer": answer,
-            "refine": synth.refine_prompt.for_model(render_chat).template,
+            **({"refine": refine.for_model(render_chat).template} if refine else {}),
             "max_tokens": [expand.max_tokens, synth.max_tokens],
             **stops,
         }
     raise ValueError(f"{name}: the LlamaIndex side implements one-shot RAG and expansion + "
-                     "rerank + refine RAG; this app's modules are neither")  # fmt: skip
+                     "rerank + one-shot or refine RAG; this app's modules are neither")  # fmt: skip
 
 
 def max_new_tokens(specs: dict[str, dict[str, Any]], cap: int) -> int:
@@ -477,7 +477,8 @@ def header_lines(args: argparse.Namespace, job: dict[str, Any], ayo: dict, peer:
     specs = job["apps"]
     apps = "; ".join(
         f"{n}: k={s['k']}" if "expand" not in s else
-        f"{n}: {s['queries']} queries x k={s['k']}, rerank top {s['top_k']}, refine over them"
+        f"{n}: {s['queries']} queries x k={s['k']}, rerank top {s['top_k']}, "
+        f"{'refine over them' if 'refine' in s else 'one answer over them'}"
         for n, s in specs.items()
     )  # fmt: skip
     v = peer["versions"]

@@ -353,12 +353,19 @@ class Peer:
             num_queries=spec["queries"] + 1,
             similarity_top_k=(spec["queries"] + 1) * spec["k"],
         )
-        synthesizer = get_response_synthesizer(
-            llm=self.llm,
-            response_mode="refine",
-            text_qa_template=self._qa_prompt(spec),
-            refine_template=PromptTemplate(llama_template(spec["refine"], _REFINE_VARS)),
-        )
+        if "refine" in spec:
+            synthesizer = get_response_synthesizer(
+                llm=self.llm,
+                response_mode="refine",
+                text_qa_template=self._qa_prompt(spec),
+                refine_template=PromptTemplate(llama_template(spec["refine"], _REFINE_VARS)),
+            )
+        else:  # one answer over the reranked passages, as _naive's
+            synthesizer = get_response_synthesizer(
+                llm=self.llm,
+                response_mode="simple_summarize",
+                text_qa_template=self._qa_prompt(spec),
+            )
         rerank = self.parts["EmbeddingCosineRerank"](
             embed_model=self.embed, top_n=spec["top_k"], candidates=spec["candidates"]
         )

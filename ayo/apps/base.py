@@ -20,7 +20,7 @@ class AppTemplate:
     required: tuple[str, ...]
     optional: tuple[str, ...]
     build: Callable[..., Workflow]
-    options: tuple[tuple[str, int], ...] = ()
+    options: tuple[tuple[str, object], ...] = ()
 
     def workflow(self, shape: InputShape) -> Workflow:
         missing = [n for n in self.required if not shape.has(n)]
@@ -34,9 +34,9 @@ class AppTemplate:
             )
         return self.build(shape, **dict(self.options))
 
-    def with_options(self, **options: int) -> AppTemplate:
+    def with_options(self, **options: object) -> AppTemplate:
         """The same app (name, inputs) built with other options, e.g. ``answer_tokens=10``
-        (every built-in app's cap on each answer). Raises ``TypeError`` for an option its
+        (every built-in app's cap on each answer) or advanced_rag's ``synthesis="refine"``. Raises ``TypeError`` for an option its
         builder does not take, and what the builder raises for a bad value."""
         variant = replace(self, options=tuple(sorted({**dict(self.options), **options}.items())))
         variant.workflow(variant.example_shape())  # a bad option fails here, not per query

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from ayo.apps import get_app
+from ayo.apps import ADVANCED_RAG, APPS, get_app
+from ayo.apps.rag import REFINE
 from ayo.scheduler.ir.parsers import ItemParser, SentenceLimit
 from ayo.workflow import InputShape, QueryExpansion, Synthesis
 from benchmarks import peers
@@ -22,7 +23,7 @@ def _chat(messages: list[dict[str, str]]) -> str:
     return "".join(f"<{m['role']}>{m['content']}</{m['role']}>" for m in messages) + "<assistant>"
 
 
-def test_app_spec_reads_the_settings_from_our_workflows():
+def test_app_spec_reads_the_settings_from_our_workflows(monkeypatch):
     naive = peers.app_spec("naive_rag", _chat)
     advanced = peers.app_spec("advanced_rag", _chat)
     flow = get_app("advanced_rag").workflow(InputShape.of({"question": ""}))
@@ -32,7 +33,11 @@ def test_app_spec_reads_the_settings_from_our_workflows():
     assert naive["answer"].startswith("<system>") and naive["answer"].endswith("<assistant>")
     assert advanced["queries"] == expand.n
     assert advanced["expand"] == expand.prompt.for_model(_chat).template
-    assert advanced["refine"] == synth.refine_prompt.for_model(_chat).template
+    assert advanced["top_k"] == 2 and "refine" not in advanced  # one answer over the top 2
+    chain = ADVANCED_RAG.with_options(synthesis="refine", passages=3)
+    monkeypatch.setitem(APPS, "advanced_refine", chain)  # the refine chain, as before
+    refine = peers.app_spec("advanced_refine", _chat)
+    assert refine["refine"] == REFINE.for_model(_chat).template and refine["top_k"] == 3
     assert advanced["max_tokens"] == [expand.max_tokens, synth.max_tokens]
     assert advanced["stop"] == list(synth.stop) and advanced["max_sentences"] == synth.max_sentences
 
