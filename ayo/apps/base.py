@@ -36,8 +36,9 @@ class AppTemplate:
 
     def with_options(self, **options: object) -> AppTemplate:
         """The same app (name, inputs) built with other options, e.g. ``answer_tokens=10``
-        (every built-in app's cap on each answer) or advanced_rag's ``synthesis="refine"``. Raises ``TypeError`` for an option its
-        builder does not take, and what the builder raises for a bad value."""
+        (every built-in app's cap on each answer) or advanced_rag's ``synthesis="refine"``.
+        Raises ``TypeError`` for an option its builder does not take, and what the builder
+        raises for a bad value."""
         variant = replace(self, options=tuple(sorted({**dict(self.options), **options}.items())))
         variant.workflow(variant.example_shape())  # a bad option fails here, not per query
         return variant
