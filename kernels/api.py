@@ -206,6 +206,14 @@ def paged_prefill_attention(
     return fn(q, k_cache, v_cache, block_tables, cu_q_lens, seq_lens, scale)
 
 
+def _on_host(value: float | torch.Tensor) -> torch.Tensor | None:
+    """``value`` where reading it waits on no device: a Python number or a CPU tensor (None for
+    a tensor on a GPU)."""
+    if isinstance(value, torch.Tensor):
+        return value if value.device.type == "cpu" else None
+    return torch.as_tensor(value)
+
+
 def _per_row(value, batch: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
     t = torch.as_tensor(value, dtype=dtype, device=device)
     return t.expand(batch).contiguous() if t.dim() == 0 else t
@@ -228,18 +236,26 @@ def sample(
     ``E ~ Exp(1)`` taken from ``generator`` (seeded: reproducible), or from ``exp_noise [B, V]``
     when given (e.g. per-request generators), so every backend picks the same token. A batch
     that is all greedy draws no noise (the generator is not advanced).
+
+    The parameters are checked, and an all-greedy batch recognised, where that reads nothing
+    back from a device: on Python numbers and CPU tensors. Parameters already on a GPU are the
+    caller's to have checked (an engine checks each request's once, on the host).
     """
     _check(logits.dim() == 2, "logits must be [B, V]")
     batch, vocab = logits.shape
     dev = logits.device
+    temp_h, top_k_h, top_p_h = (_on_host(v) for v in (temperature, top_k, top_p))
+    if temp_h is not None:
+        _check(bool((temp_h >= 0).all()), "temperature must be >= 0")
+    if top_k_h is not None:
+        _check(bool((top_k_h >= 0).all()), "top_k must be >= 0 (0 disables it)")
+    if top_p_h is not None:
+        _check(bool(((top_p_h > 0) & (top_p_h <= 1)).all()), "top_p must be in (0, 1]")
+    if exp_noise is None and temp_h is not None and not bool((temp_h > 0).any()):
+        return torch.argmax(logits, dim=1)  # all greedy: no noise to draw, nothing to filter
     temperature = _per_row(temperature, batch, torch.float32, dev)
     top_k = _per_row(top_k, batch, torch.int64, dev)
     top_p = _per_row(top_p, batch, torch.float32, dev)
-    _check(bool((temperature >= 0).all()), "temperature must be >= 0")
-    _check(bool((top_k >= 0).all()), "top_k must be >= 0 (0 disables it)")
-    _check(bool(((top_p > 0) & (top_p <= 1)).all()), "top_p must be in (0, 1]")
-    if exp_noise is None and not bool((temperature > 0).any()):
-        return torch.argmax(logits, dim=1)  # all greedy: no noise to draw, nothing to filter
     # FlashInfer draws with its own generator, so it cannot honour a caller's noise.
     fn = _impl("sample", backend, dev, _NO_FLASHINFER if exp_noise is not None else _ALL)
     if fn.__module__.endswith("flashinfer_ops"):

@@ -73,7 +73,12 @@ def _prefill_kernel(
     )
 
 
-def paged_prefill_attention(q, k_cache, v_cache, block_tables, cu_q_lens, seq_lens, scale):
+def paged_prefill_attention(
+    q, k_cache, v_cache, block_tables, cu_q_lens, seq_lens, scale, *, max_q_len: int | None = None
+):
+    """``max_q_len``: the longest chunk, as the host's scheduler knows it; without it the
+    number of tokens bounds it, so the grid is sized without reading ``cu_q_lens`` back from
+    the device (tiles past a chunk's end return at once)."""
     tokens, num_heads, head_dim = q.shape
     block_size, num_kv_heads = k_cache.shape[1], k_cache.shape[2]
     if q.stride(2) != 1:
@@ -82,7 +87,7 @@ def paged_prefill_attention(q, k_cache, v_cache, block_tables, cu_q_lens, seq_le
     batch = seq_lens.shape[0]
     if tokens == 0 or batch == 0:
         return out
-    max_q = int((cu_q_lens[1:] - cu_q_lens[:-1]).max())
+    max_q = tokens if max_q_len is None else max_q_len
     block_m = 64 if max_q > 32 else pow2(max_q, 16)
     grid = (batch, num_heads, triton.cdiv(max_q, block_m))
     _prefill_kernel[grid](
