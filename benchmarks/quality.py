@@ -168,6 +168,7 @@ def splits(tune_size: int, seed: int) -> dict[str, list[Question]]:
 
 
 def build_app(args: argparse.Namespace, dtype: str) -> Any:
+    from ayo.apps import get_app
     from ayo.runtime.app import App
     from ayo.runtime.defaults import EngineOptions, load_default_engines
 
@@ -189,8 +190,6 @@ def build_app(args: argparse.Namespace, dtype: str) -> Any:
     for template in LEGACY_APPS.values():
         app.add_workflow(template)
     for name, options in args.options.items():
-        from ayo.apps import get_app
-
         app.add_workflow(get_app(name).with_options(**options))
     return app
 
@@ -201,9 +200,12 @@ def _max_tokens(style: str) -> int:
     return ANSWER_TOKENS if style == "chat" else 64
 
 
-def _inputs(name: str, q: Question, articles: dict[str, str], seed: int) -> dict[str, Any]:
+def _inputs(
+    name: str, q: Question, articles: dict[str, str], seed: int
+) -> tuple[dict[str, Any], list[str]]:
+    """The query's inputs, and the titles of the documents it brings (in their order)."""
     if name != "contextual_rag":
-        return {"question": q.text}
+        return {"question": q.text}, []
     rng = random.Random(f"{seed}/{q.text}")
     gold = [q.title] if q.title in articles else []  # a reported question's may be absent
     others = rng.sample(
@@ -211,7 +213,7 @@ def _inputs(name: str, q: Question, articles: dict[str, str], seed: int) -> dict
     )
     titles = [*gold, *others]
     rng.shuffle(titles)
-    return {"question": q.text, "documents": [articles[t] for t in titles], "_titles": titles}
+    return {"question": q.text, "documents": [articles[t] for t in titles]}, titles
 
 
 async def ask(
@@ -221,8 +223,7 @@ async def ask(
     engine = app.engines.instances("llm")[0]
     before = engine.stats().generated_tokens
     target = name if style == "chat" else f"{name}@legacy"
-    query = {k: v for k, v in inputs.items() if not k.startswith("_")}
-    result = await app.run(target, query, optimize=optimize)
+    result = await app.run(target, inputs, optimize=optimize)
     calls = sum(
         1 for s in result.trace.spans if "decode" in s.node_id or s.node_id.endswith("score")
     )
@@ -237,12 +238,12 @@ def _passage_of(passage: str, article: str) -> bool:
 
 
 async def gold_in_context(
-    app: Any, name: str, q: Question, inputs: dict[str, Any], result: Any, article: str
+    app: Any, name: str, q: Question, titles: list[str], result: Any, article: str
 ) -> bool | None:
-    """Whether the gold article was among the passages the answer was written from."""
+    """Whether the gold article was among the passages the answer was written from
+    (``titles``: those of the documents the query brought, in order)."""
     out = result.outputs
     if name == "contextual_rag":  # temporary documents: "d{i}c{j}#..." ids
-        titles = inputs["_titles"]
         return any(titles[int(s[1:].split("c")[0])] == q.title for s in out["sources"])
     if "sources" in out:
         return q.title in {s.split("#")[0] for s in out["sources"]}
@@ -285,7 +286,7 @@ async def bench(args: argparse.Namespace, questions: dict[str, list[Question]], 
                         cell = Cell(name, split, dtype, style, optimized)
                         t0 = time.perf_counter()
                         for q in qs:
-                            inputs = _inputs(name, q, articles, args.seed)
+                            inputs, titles = _inputs(name, q, articles, args.seed)
                             result, per_call = await ask(app, name, style, inputs, optimized)
                             answer = str(result.outputs["answer"]).strip()
                             ntok = len(tokenizer(answer, add_special_tokens=False)["input_ids"])
@@ -293,7 +294,7 @@ async def bench(args: argparse.Namespace, questions: dict[str, list[Question]], 
                             cell.sources.append(list(result.outputs.get("sources", ())))
                             cell.correct.append(contains_gold(answer, q.gold))
                             hit = await gold_in_context(
-                                app, name, q, inputs, result, articles.get(q.title, "")
+                                app, name, q, titles, result, articles.get(q.title, "")
                             )
                             if hit is not None:
                                 cell.hits.append(hit)
