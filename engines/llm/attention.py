@@ -7,7 +7,9 @@ prefill uses the path below, which is faster in bfloat16 than the reference beca
 scales q before the product (exact for power-of-two scales such as 64**-0.5) and takes the
 softmax in the cache dtype (torch accumulates a bf16 softmax in float32; the scores are bf16
 products either way). It is token-for-token equal to transformers in float32 (the tests run
-both backends). Reported in /work/notes/kernel-requests.md.
+both backends). Reported in /work/notes/kernel-requests.md. On a CPU without native bfloat16
+matmuls (no AVX-512-BF16 or AMX: oneDNN has no bf16 path) a bf16 cache's attention runs its
+matmuls in float32: torch's emulated bf16 ``bmm`` there took 58% of a 256-token int8 prefill.
 """
 
 from __future__ import annotations
@@ -24,9 +26,25 @@ def _gather(cache: torch.Tensor, table: torch.Tensor, length: int) -> torch.Tens
     return cache[table[:, :n].long()].flatten(1, 2)[:, :length]
 
 
+def native_bf16_matmul() -> bool:
+    """Whether this CPU multiplies bfloat16 natively (oneDNN's bf16 path: AVX-512 or AMX)."""
+    return torch.backends.mkldnn.is_available() and bool(
+        torch.ops.mkldnn._is_mkldnn_bf16_supported()
+    )
+
+
+def compute_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The dtype attention multiplies a ``dtype`` cache in: float32 for bfloat16 where the CPU
+    only emulates it, else ``dtype``."""
+    if dtype == torch.bfloat16 and not _NATIVE_BF16:
+        return torch.float32
+    return dtype
+
+
 def prefill_matmul(q, k_cache, v_cache, block_tables, cu_q_lens, seq_lens, scale) -> torch.Tensor:
     """Same contract as ``kernels.paged_prefill_attention`` (causal, over the cached prefix)."""
     hq, d = q.shape[1], q.shape[2]
+    mm = compute_dtype(q.dtype)
     hkv = k_cache.shape[2]
     g = hq // hkv
     out = torch.empty_like(q)
@@ -39,14 +57,18 @@ def prefill_matmul(q, k_cache, v_cache, block_tables, cu_q_lens, seq_lens, scale
         k = _gather(k_cache, block_tables[i : i + 1], length)[0].permute(1, 2, 0)  # [Hkv, D, L]
         v = _gather(v_cache, block_tables[i : i + 1], length)[0].transpose(0, 1)  # [Hkv, L, D]
         qg = (q[start:end] * scale).view(n, hkv, g, d).permute(1, 0, 2, 3).reshape(hkv, n * g, d)
+        qg, k, v = qg.to(mm), k.to(mm), v.to(mm)
         scores = torch.matmul(qg, k).view(hkv, n, g, length)
         qpos = torch.arange(length - n, length)
         future = torch.arange(length)[None, :] > qpos[:, None]  # [n, L]
         scores.masked_fill_(future[None, :, None, :], float("-inf"))
         probs = torch.softmax(scores, dim=-1).view(hkv, n * g, length)
         o = torch.matmul(probs, v).view(hkv, n, g, d).permute(1, 0, 2, 3)
-        out[start:end] = o.reshape(n, hq, d)
+        out[start:end] = o.reshape(n, hq, d)  # back in the cache dtype
     return out
+
+
+_NATIVE_BF16 = native_bf16_matmul()
 
 
 @dataclass
@@ -109,12 +131,14 @@ def _decode_group(q, k_cache, v_cache, plan: DecodeGroup, scale: float) -> torch
     k = k_cache.index_select(0, plan.index).view(batch, -1, num_kv_heads, head_dim)
     v = v_cache.index_select(0, plan.index).view(batch, -1, num_kv_heads, head_dim)
     qg = q.view(batch, num_kv_heads, num_heads // num_kv_heads, head_dim)
+    mm = compute_dtype(q.dtype)
+    qg, k, v = qg.to(mm), k.to(mm), v.to(mm)
     scores = torch.matmul(qg, k.permute(0, 2, 3, 1))  # [b, Hkv, G, L]
     if scores.dtype != torch.float32:
         scores = scores.float()
     probs = torch.softmax(scores.mul_(scale).add_(plan.bias), dim=-1)
     out = torch.matmul(probs.to(v.dtype), v.transpose(1, 2))  # [b, Hkv, G, D]
-    return out.view(batch, num_heads, head_dim)
+    return out.to(q.dtype).view(batch, num_heads, head_dim)
 
 
 BACKENDS = ("auto", "kernels", "matmul")
