@@ -3,12 +3,21 @@
 
 from __future__ import annotations
 
+import json
+import logging
+import os
 import platform
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
 
 import torch
 
 from ..errors import InvalidRequest
+from .formats import ACTIVATIONS, DENSE_FORMATS, WEIGHT_FORMATS
+
+log = logging.getLogger(__name__)
+# The formats ``weights="auto"`` chooses among: those whose answer quality holds
+AUTO_CANDIDATES = ("fp32", "bf16", "int8", "int4")
 
 SUPPORTED_ARCHITECTURES = ("LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM")
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
@@ -39,10 +48,51 @@ def amx_bf16() -> bool:
     return "amx_bf16" in cpu_flags()
 
 
-def auto_dtype() -> str:
-    """What ``dtype="auto"`` resolves to: ``"bfloat16"`` on a CPU with AMX bf16, else
-    ``"float32"`` (the engine loads its weights on the CPU)."""
-    return "bfloat16" if amx_bf16() else "float32"
+def measured_formats() -> dict[str, dict[str, float]]:
+    """:func:`quant.time_formats` of every weights format on this CPU model, thread count and
+    torch, measured once (~1 s) and stored in the cache directory (``$AYO_CACHE_DIR``, default
+    ``~/.cache/ayo``, ``formats.json``), so later starts read it."""
+    key = f"{cpu_model()}|{torch.get_num_threads()} threads|torch {torch.__version__}"
+    path = Path(os.environ.get("AYO_CACHE_DIR", Path.home() / ".cache" / "ayo")) / "formats.json"
+    try:
+        stored = json.loads(path.read_text())
+    except (OSError, ValueError):
+        stored = {}
+    stored = stored if isinstance(stored, dict) else {}
+    times = stored.get(key)
+    if isinstance(times, dict) and all(
+        isinstance(times.get(f), dict) and {"request_s", "dense_from"} <= set(times[f])
+        for f in WEIGHT_FORMATS
+    ):
+        return times
+    from .quant import time_formats
+
+    times = stored[key] = time_formats(WEIGHT_FORMATS)
+    log.info("timed the weights formats on this CPU (%s): %s", key, times)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(stored, indent=1))
+        tmp.replace(path)
+    except OSError as exc:
+        log.warning("could not store the weights formats' timing in %s: %s", path, exc)
+    return times
+
+
+def auto_formats() -> tuple[str, str, str]:
+    """What ``dtype="auto", weights="auto"`` resolve to on this CPU, and why: ``(dtype,
+    weights, reason)``: the format whose matmuls run a request of 256 prompt tokens and 256
+    decode steps fastest (:func:`measured_formats`), among :data:`AUTO_CANDIDATES`, the formats
+    whose answer quality holds (docs/benchmarks.md, "Weights formats"), in its default
+    activation dtype (``formats.ACTIVATIONS``)."""
+    times = {f: measured_formats()[f]["request_s"] for f in AUTO_CANDIDATES}
+    best = min(AUTO_CANDIDATES, key=times.__getitem__)
+    second = min((f for f in AUTO_CANDIDATES if f != best), key=times.__getitem__)
+    reason = (
+        f"fastest measured on this CPU: {times[best] * 1e3:.0f} ms of one layer's matmuls per "
+        f"request against {times[second] * 1e3:.0f} for {second}"
+    )
+    return ACTIVATIONS[best], best, reason
 
 
 @dataclass(frozen=True)
@@ -96,9 +146,17 @@ class EngineConfig:
     """Limits and modes of one engine instance.
 
     Attributes:
-        dtype: ``"float32"`` (fidelity: token-for-token equal to transformers), ``"bfloat16"``
-            (fast mode: half the weight bytes per decode step) or ``"auto"``, resolved at
-            construction by :func:`auto_dtype` (bfloat16 where the hardware runs it fast).
+        dtype: the activations' and the KV cache's dtype: ``"float32"`` (fidelity: with fp32
+            weights token-for-token equal to transformers), ``"bfloat16"`` (half the bytes;
+            fast where the CPU has native bfloat16) or ``"auto"``: with ``weights="auto"``
+            :func:`auto_formats`'s choice for this CPU, else the weights format's default
+            (``formats.ACTIVATIONS``). None (the default): float32, or that default.
+        weights: the matmul weights' format: ``"fp32"``, ``"bf16"`` (dense, equal to the
+            dtype), ``"int8"`` (per output row), ``"int4"`` (groups of 32; a GGUF's Q4_1
+            blocks as they are; see ``engines/llm/quant.py``) or ``"auto"``: the dense format
+            of the dtype, or with ``dtype="auto"`` the format measured fastest here.
+        dense_prefill: quantized weights keep their dense copy (oneDNN-packed) for matmuls of
+            many rows (prefill, batched decode), where it is faster: the dense bytes in memory.
         block_size: tokens per KV block.
         num_blocks: KV blocks per layer; ``None`` sizes the cache from ``kv_cache_gib``.
         kv_cache_gib: memory for the KV cache of all layers when ``num_blocks`` is None.
@@ -113,7 +171,8 @@ class EngineConfig:
             keep a CPU benchmark tractable; it applies to optimized and unoptimized plans alike.
     """
 
-    dtype: str = "float32"
+    dtype: str | None = None  # resolved in __post_init__ (None: float32 unless weights say)
+    weights: str = "auto"
     block_size: int = 16
     num_blocks: int | None = None
     kv_cache_gib: float = 1.0
@@ -124,10 +183,32 @@ class EngineConfig:
     num_threads: int | None = None
     attention: str = "auto"
     max_new_tokens: int | None = None
+    dense_prefill: bool = True
+    # why dtype and weights "auto" chose what they did ("" when both were given)
+    format_reason: str = field(default="", init=False, compare=False)
 
     def __post_init__(self) -> None:
-        if self.dtype == "auto":
-            object.__setattr__(self, "dtype", auto_dtype())
+        if self.weights not in ("auto", *WEIGHT_FORMATS):
+            raise InvalidRequest(
+                f"weights must be 'auto' or one of {list(WEIGHT_FORMATS)}, got {self.weights!r}"
+            )
+        dtype, weights = self.dtype, self.weights
+        if dtype is None:
+            dtype = "float32" if weights == "auto" else ACTIVATIONS[weights]
+        if dtype == "auto" and weights == "auto":
+            dtype, weights, reason = auto_formats()
+            object.__setattr__(self, "format_reason", reason)
+        elif dtype == "auto":
+            dtype = ACTIVATIONS[weights]
+        elif weights == "auto":
+            weights = {v: k for k, v in DENSE_FORMATS.items()}.get(dtype, "auto")
+        elif weights in DENSE_FORMATS and DENSE_FORMATS[weights] != dtype:
+            raise InvalidRequest(
+                f"{weights} weights are dense {DENSE_FORMATS[weights]}; dtype {dtype!r} asks "
+                "for another (leave dtype 'auto')"
+            )
+        object.__setattr__(self, "dtype", dtype)
+        object.__setattr__(self, "weights", weights)
         if self.attention not in ("auto", "kernels", "matmul"):
             raise InvalidRequest(
                 f"attention must be 'auto', 'kernels' or 'matmul', got {self.attention!r}"
@@ -151,3 +232,15 @@ class EngineConfig:
     @property
     def torch_dtype(self) -> torch.dtype:
         return _DTYPES[self.dtype]
+
+    @property
+    def format_key(self) -> str:
+        """The dtype, or the quantized weights format: what a stored engine profile is keyed
+        by besides the machine, model and threads."""
+        if self.weights in DENSE_FORMATS:
+            return self.dtype
+        return (
+            self.weights
+            if ACTIVATIONS[self.weights] == self.dtype
+            else f"{self.weights}-{self.dtype}"
+        )

@@ -63,6 +63,10 @@ class LLMEngine:
         mc = model.config
         if model.dtype != config.torch_dtype:
             raise InvalidRequest(f"model is {model.dtype}, config asks for {config.dtype}")
+        if model.weight_format != config.weights:
+            raise InvalidRequest(
+                f"model weights are {model.weight_format}, config asks for {config.weights}"
+            )
         num_blocks = config.num_blocks or max(
             1, int(config.kv_cache_gib * 2**30) // kv_block_bytes(mc, config)
         )
@@ -109,7 +113,15 @@ class LLMEngine:
             cfg = EngineConfig(**config)
         loaded = load_model(resolve_model_path(model))
         tok = tokenizer if tokenizer is not None else load_tokenizer(loaded)
-        model_ = LlamaModel(loaded.config, loaded.weights, cfg.torch_dtype, cfg.attention)
+        model_ = LlamaModel(
+            loaded.config,
+            loaded.weights,
+            cfg.torch_dtype,
+            cfg.attention,
+            weight_format=cfg.weights,
+            blocks=loaded.blocks,
+            dense_from=None if cfg.dense_prefill else 0,
+        )
         return cls(model_, tok, cfg)
 
     @classmethod

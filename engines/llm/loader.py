@@ -10,13 +10,14 @@ import importlib.util
 import json
 import logging
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 
 from ..errors import InvalidRequest, ModelNotFound
 from .config import ModelConfig
+from .quant import Blocks, gguf_blocks
 
 log = logging.getLogger(__name__)
 
@@ -33,6 +34,7 @@ class LoadedModel:
     weights: dict[str, torch.Tensor]
     path: Path
     gguf_file: str | None = None
+    blocks: dict[str, Blocks] = field(default_factory=dict)  # a GGUF's quantized tensors
 
 
 def resolve_model_path(model: str | os.PathLike) -> Path:
@@ -129,10 +131,10 @@ def _load_hf_folder(path: Path) -> LoadedModel:
     return LoadedModel(config, {k: v.float() for k, v in weights.items()}, path)
 
 
-def _unpermute(w: torch.Tensor, heads: int) -> torch.Tensor:
-    """Undo llama.cpp's per-head rotary row interleave of ``attn_q`` / ``attn_k``."""
-    rows, cols = w.shape
-    return w.reshape(heads, rows // heads // 2, 2, cols).swapaxes(1, 2).reshape(rows, cols)
+def _unpermuted_rows(rows: int, heads: int) -> torch.Tensor:
+    """The row order that undoes llama.cpp's per-head rotary row interleave of ``attn_q`` /
+    ``attn_k``: row ``i`` of the Hugging Face weight is row ``index[i]`` of the file's."""
+    return torch.arange(rows).reshape(heads, rows // heads // 2, 2).swapaxes(1, 2).reshape(rows)
 
 
 _GGUF_NAMES = {
@@ -166,21 +168,25 @@ def _load_gguf(path: Path) -> LoadedModel:
         int(meta("llama.attention.head_count_kv")),
     )
     weights: dict[str, torch.Tensor] = {}
+    blocks: dict[str, Blocks] = {}
     for t in reader.tensors:
         w = torch.from_numpy(dequantize(t.data, t.tensor_type).copy()).float()
+        b = gguf_blocks(t.data, t.tensor_type.name) if w.dim() == 2 else None
         parts = t.name.split(".")
         if parts[0] == "blk":
             kind = parts[2]
-            if kind == "attn_q":
-                w = _unpermute(w, heads)
-            elif kind == "attn_k":
-                w = _unpermute(w, kv_heads)
+            if kind in ("attn_q", "attn_k"):
+                order = _unpermuted_rows(w.shape[0], heads if kind == "attn_q" else kv_heads)
+                w = w[order]
+                b = None if b is None else b.rows(order)
             name = f"model.layers.{parts[1]}.{_GGUF_NAMES[kind]}.{parts[3]}"
         else:
             name = {"token_embd": "model.embed_tokens", "output_norm": "model.norm"}.get(
                 parts[0], "lm_head"
             ) + f".{parts[1]}"
         weights[name] = w
+        if b is not None:
+            blocks[name] = b
     hidden = int(meta("llama.embedding_length"))
     eos = meta("tokenizer.ggml.eos_token_id")
     config = ModelConfig(
@@ -200,7 +206,7 @@ def _load_gguf(path: Path) -> LoadedModel:
         eos_token_ids=() if eos is None else (int(eos),),
     )
     log.info("loaded %s: %d tensors dequantized", path.name, len(reader.tensors))
-    return LoadedModel(config, weights, path.parent, gguf_file=path.name)
+    return LoadedModel(config, weights, path.parent, gguf_file=path.name, blocks=blocks)
 
 
 def load_tokenizer(loaded: LoadedModel):

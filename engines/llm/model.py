@@ -15,6 +15,8 @@ from ayo import kernels
 
 from .attention import DecodeGroup, decode_matmul, plan_decode, prefill_matmul, uses_matmul
 from .config import ModelConfig
+from .formats import DENSE_FORMATS, QUANTIZED_FORMATS
+from .quant import Blocks, QuantLinear, dense_linear, quantize, quantized_linear
 
 
 @dataclass
@@ -43,19 +45,28 @@ class StepTensors:
     decode: list[DecodeGroup]  # gather indices and masks of the decode tokens
 
 
+Linear = torch.Tensor | QuantLinear  # a dense (maybe oneDNN-packed) or quantized weight
+
+
 @dataclass
 class LayerWeights:
     input_norm: torch.Tensor
-    qkv: torch.Tensor
+    qkv: Linear
     qkv_bias: torch.Tensor | None
-    o_proj: torch.Tensor
+    o_proj: Linear
     post_norm: torch.Tensor
-    gate_up: torch.Tensor
-    down: torch.Tensor
+    gate_up: Linear
+    down: Linear
 
 
 class LlamaModel:
-    """Inference-only decoder. ``forward`` returns float32 logits of the requested rows."""
+    """Inference-only decoder. ``forward`` returns float32 logits of the requested rows.
+
+    ``dtype`` is the activations' (and the KV cache's); ``weights`` the matmul weights' format
+    (``quant.WEIGHT_FORMATS``; None: dense in ``dtype``). ``blocks`` are a GGUF file's own
+    quantized tensors by name (``loader.LoadedModel.blocks``), repacked as they are where the
+    format holds them (``engines/llm/quant.py``).
+    """
 
     def __init__(
         self,
@@ -64,9 +75,13 @@ class LlamaModel:
         dtype: torch.dtype,
         attention: str = "auto",
         packed_linear: bool | None = None,
+        weight_format: str | None = None,
+        blocks: dict[str, Blocks] | None = None,
+        dense_from: int | None = None,
     ):
         self.config = config
         self.dtype = dtype
+        blocks = blocks or {}
 
         def w(name: str) -> torch.Tensor:
             if name not in weights:
@@ -75,13 +90,46 @@ class LlamaModel:
 
         self.embed = w("model.embed_tokens.weight")
         device = self.embed.device
+        dense_format = {v: k for k, v in DENSE_FORMATS.items()}[str(dtype).removeprefix("torch.")]
+        self.weight_format = weight_format or dense_format
+        quantized = self.weight_format in QUANTIZED_FORMATS
+        if not quantized and self.weight_format != dense_format:
+            raise ValueError(f"{self.weight_format} weights are dense; the model is {dtype}")
+        if quantized and device.type != "cpu":
+            raise ValueError(f"{self.weight_format} weights run on the CPU only")
+        if quantized and dense_from is None:
+            from .config import measured_formats
+
+            dense_from = int(measured_formats()[self.weight_format]["dense_from"])
+        self.dense_from = dense_from or 0  # quantized: rows from which the dense copy runs
         # On the CPU the matmuls go through oneDNN with weights reordered once into its blocked
         # layout: at batch 1 to 16 it streams the weights 1.7-2.4x faster than F.linear's BLAS
         # on CPUs where that BLAS takes a generic path (benchmarks.llm_engine shows both).
         if packed_linear is None:
             packed_linear = uses_packed_linear(device, dtype)
-        self.linear = onednn_linear if packed_linear else F.linear
+        self.linear = (
+            quantized_linear if quantized else onednn_linear if packed_linear else F.linear
+        )
         pack = pack_weight if packed_linear else (lambda t: t)
+        self.dense_bytes = 0  # quantized: the dense copies' bytes (memory, not decode reads)
+
+        def linear(names: list[str], fmt: str | None = None) -> Linear:
+            """The weights ``names`` stacked by rows, in this model's format (or ``fmt``)."""
+            if not quantized:
+                return pack(torch.cat([w(n) for n in names]).contiguous())
+
+            def dense() -> torch.Tensor:
+                return torch.cat([weights[n].float() for n in names])
+
+            lin = quantize(
+                dense, Blocks.stack([blocks.get(n) for n in names]), fmt or self.weight_format
+            )
+            if self.dense_from:
+                full = dense().to(dtype)
+                lin.keep_dense(dense_linear(full, dtype), self.dense_from, full.nbytes)
+                self.dense_bytes += full.nbytes
+            return lin
+
         self.layers: list[LayerWeights] = []
         for i in range(config.num_layers):
             p = f"model.layers.{i}."
@@ -92,20 +140,20 @@ class LlamaModel:
             self.layers.append(
                 LayerWeights(
                     input_norm=w(p + "input_layernorm.weight"),
-                    qkv=pack(torch.cat([w(a + f"{n}_proj.weight") for n in "qkv"])),
+                    qkv=linear([a + f"{n}_proj.weight" for n in "qkv"]),
                     qkv_bias=bias,
-                    o_proj=pack(w(a + "o_proj.weight")),
+                    o_proj=linear([a + "o_proj.weight"]),
                     post_norm=w(p + "post_attention_layernorm.weight"),
-                    gate_up=pack(
-                        torch.cat([w(p + "mlp.gate_proj.weight"), w(p + "mlp.up_proj.weight")])
-                    ),
-                    down=pack(w(p + "mlp.down_proj.weight")),
+                    gate_up=linear([p + "mlp.gate_proj.weight", p + "mlp.up_proj.weight"]),
+                    down=linear([p + "mlp.down_proj.weight"]),
                 )
             )
         self.norm = w("model.norm.weight")
         tied = config.tie_word_embeddings or "lm_head.weight" not in weights
-        # Tied: the embedding stays dense for the lookup; a packed lm_head is its own copy.
-        self.lm_head = pack(self.embed if tied else w("lm_head.weight"))
+        head = "model.embed_tokens.weight" if tied else "lm_head.weight"
+        # Tied: the embedding stays dense for the lookup; a packed lm_head is its own copy. With
+        # int4 weights the lm_head is int8, as llama.cpp's Q4 files keep theirs at Q8_0.
+        self.lm_head = linear([head], "int8" if self.weight_format == "int4" else None)
         self.cos_sin = kernels.rotary_cos_sin_cache(
             config.head_dim,
             config.max_position_embeddings,
@@ -131,7 +179,10 @@ class LlamaModel:
         tensors = [self.norm, self.lm_head]
         for lw in self.layers:
             tensors += [lw.input_norm, lw.qkv, lw.o_proj, lw.post_norm, lw.gate_up, lw.down]
-        return sum(t.numel() * t.element_size() for t in tensors)
+        return sum(
+            t.numel() * t.element_size() if isinstance(t, torch.Tensor) else t.nbytes
+            for t in tensors
+        )
 
     def step_tensors(
         self, positions: torch.Tensor, meta: AttentionMetadata, block_size: int

@@ -163,17 +163,6 @@ async def test_unsupported_architecture_and_missing_model(tmp_path, monkeypatch)
         LLMEngine.from_model("smollm2-135m-instruct")
 
 
-def test_auto_dtype_is_bfloat16_only_with_amx(monkeypatch):
-    from ayo.engines.llm import EngineConfig
-    from ayo.engines.llm import config as cfg
-
-    monkeypatch.setattr(cfg, "cpu_flags", lambda: frozenset({"avx512f", "amx_bf16", "amx_tile"}))
-    assert EngineConfig(dtype="auto").dtype == "bfloat16"
-    monkeypatch.setattr(cfg, "cpu_flags", lambda: frozenset({"avx2", "avx512f"}))
-    assert EngineConfig(dtype="auto").dtype == "float32"
-    assert EngineConfig().dtype == "float32"  # the library's default: equal to transformers
-
-
 def test_cpu_flags_reads_proc_cpuinfo():
     from ayo.engines.llm.config import cpu_flags
 
