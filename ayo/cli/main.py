@@ -3,7 +3,7 @@
 - ``python -m ayo plan APP [--no-optimize] [--format json|dot|svg|png] [--output FILE]``
 - ``python -m ayo run APP --input key=value ... [--no-optimize] [--trace FILE] [--json]``
 - ``python -m ayo ingest PATH --collection NAME [--data-dir DIR] ...`` (``ayo/cli/ingest.py``)
-- ``python -m ayo profile [--dtype auto] [--threads N] [--data-dir DIR] [--collection wiki]``
+- ``python -m ayo profile [--dtype auto] [--weights auto] [--threads N] [--data-dir DIR] [--collection wiki]``
 - ``python -m ayo demo``: every compute kernel against its torch reference (``ayo/cli/demo.py``)
 
 The server has its own, ``python -m ayo.server``; a loopback Ray cluster ``python -m ayo.cluster``.
@@ -18,6 +18,7 @@ from collections.abc import Sequence
 
 from ayo.apps import APPS, get_app
 from ayo.cli.run import add_run_parser
+from ayo.engines.llm.formats import WEIGHT_FORMATS
 from ayo.runtime.defaults import DEFAULT_RESOURCES, default_tokenizer
 from ayo.runtime.plan_cache import PlanCache
 from ayo.scheduler import ExecutionError, PlanError
@@ -89,6 +90,8 @@ def build_parser() -> argparse.ArgumentParser:
                           "beside the constants")  # fmt: skip
     prof.add_argument("--model", default="smollm2-135m-instruct")
     prof.add_argument("--dtype", choices=("auto", "float32", "bfloat16"), default="auto")
+    prof.add_argument("--weights", choices=("auto", *WEIGHT_FORMATS),
+                      default="auto")  # fmt: skip
     prof.add_argument("--threads", type=int, default=None, help="the LLM's torch threads")
     prof.add_argument("--data-dir", default=None, help="where the profile is stored (default "
                       "$AYO_DATA_DIR, else ~/.cache/ayo)")  # fmt: skip
@@ -137,7 +140,9 @@ def cmd_profile(args: argparse.Namespace) -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     data_dir = Path(args.data_dir or default_data_dir())
     profiles, samples, dtype = asyncio.run(
-        profile_default_engines(args.model, args.dtype, args.threads, data_dir, args.collection)
+        profile_default_engines(
+            args.model, args.dtype, args.threads, data_dir, args.collection, args.weights
+        )
     )
     threads = args.threads or torch.get_num_threads()
     path = profile_path(data_dir, args.model, dtype, threads)

@@ -43,8 +43,12 @@ class EngineOptions:
 
     Attributes:
         model: the LLM: an embedded id, a Hugging Face folder or a .gguf file.
-        dtype: the LLM's ``float32`` (token for token equal to transformers), ``bfloat16`` or
-            ``auto`` (bfloat16 where the CPU has AMX bf16).
+        dtype: the LLM's activations: ``float32`` (with fp32 weights token for token equal to
+            transformers), ``bfloat16`` or ``auto``; None (the default): float32, or the
+            activations ``weights`` run with (``EngineConfig``).
+        weights: the LLM's matmul weights: ``auto`` (fp32 here; with dtype ``auto`` the
+            format measured fastest on this CPU), ``fp32``, ``bf16``, ``int8``, ``int4``
+            (``engines/llm/quant.py``).
         embedder: the embedder: an embedded id or a sentence-transformers folder.
         reranker: ``"embedding"`` (cosine of the question and each candidate under the
             retrieval embedder: one consistent score for hits of several queries), ``"bm25"``
@@ -62,7 +66,8 @@ class EngineOptions:
     """
 
     model: str = DEFAULT_LLM
-    dtype: str = "float32"
+    dtype: str | None = None
+    weights: str = "auto"
     embedder: str = DEFAULT_EMBEDDER
     reranker: str = "embedding"
     data_dir: str | Path | None = None
@@ -84,6 +89,7 @@ class EngineOptions:
         """The LLM's ``EngineConfig`` fields."""
         return {
             "dtype": self.dtype,
+            "weights": self.weights,
             "num_threads": self.llm_threads,
             "max_new_tokens": self.max_new_tokens,
             **self.llm_config,

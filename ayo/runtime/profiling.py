@@ -257,11 +257,12 @@ def profile_path(data_dir: Path, model: str, dtype: str, threads: int) -> Path:
 
 
 def engine_profile_path(data_dir: Path, model: str, llm: Any) -> Path:
-    """:func:`profile_path` for a loaded ``LLMEngine``: its resolved dtype, its torch threads."""
+    """:func:`profile_path` for a loaded ``LLMEngine``: its resolved dtype (or quantized
+    weights format), its torch threads."""
     import torch
 
     threads = llm.config.num_threads or torch.get_num_threads()
-    return profile_path(data_dir, model, llm.config.dtype, threads)
+    return profile_path(data_dir, model, llm.config.format_key, threads)
 
 
 def stored_profiles(path: Path) -> dict[str, EngineProfile]:
@@ -296,15 +297,20 @@ PROFILE_HEADERS = [
 
 
 async def profile_default_engines(
-    model: str, dtype: str, threads: int | None, data_dir: Path, collection: str = "wiki"
+    model: str,
+    dtype: str,
+    threads: int | None,
+    data_dir: Path,
+    collection: str = "wiki",
+    weights: str = "auto",
 ) -> tuple[dict[str, EngineProfile], dict[str, list[Sample]], str]:
     """Load the server's engines (:func:`ayo.runtime.defaults.load_default_engines` over
     ``data_dir``), measure them with every shape, and fit their profiles. Returns the
-    profiles, the samples and the LLM's resolved dtype."""
+    profiles, the samples and the LLM's resolved dtype (or quantized weights format)."""
     from ayo.runtime.defaults import EngineOptions, load_default_engines
 
-    options = EngineOptions(model=model, dtype=dtype, llm_threads=threads, data_dir=data_dir,
-                            collection=collection)  # fmt: skip
+    options = EngineOptions(model=model, dtype=dtype, weights=weights, llm_threads=threads,
+                            data_dir=data_dir, collection=collection)  # fmt: skip
     engines = load_default_engines(options)
     by_name = engines.by_name()
     distinct = list({id(e): e for e in by_name.values()}.values())
@@ -316,4 +322,4 @@ async def profile_default_engines(
         for engine in reversed(distinct):
             await engine.stop()
         engines.close()
-    return profiles_from(samples), samples, engines.llm.config.dtype
+    return profiles_from(samples), samples, engines.llm.config.format_key

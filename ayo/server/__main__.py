@@ -19,6 +19,7 @@ import os
 import sys
 from collections.abc import Sequence
 
+from ayo.engines.llm.formats import WEIGHT_FORMATS
 from ayo.server.config import ServerConfig
 
 log = logging.getLogger("ayo.server")
@@ -32,8 +33,12 @@ def build_parser() -> argparse.ArgumentParser:
     a("--data-dir", help="data directory (default $AYO_DATA_DIR or $XDG_CACHE_HOME/ayo)")
     a("--model", help="LLM: smollm2-135m-instruct (default), a HF folder or a .gguf file")
     a("--dtype", choices=("auto", "float32", "bfloat16"),
-      help="LLM dtype: auto (default: bfloat16 where the CPU has AMX bf16, else float32), "
-      "float32 (equal to transformers token for token) or bfloat16")  # fmt: skip
+      help="LLM activations: auto (default: with --weights auto, the format measured fastest "
+      "on this CPU), float32 (with fp32 weights equal to transformers token for token) or "
+      "bfloat16")  # fmt: skip
+    a("--weights", choices=("auto", *WEIGHT_FORMATS),
+      help="LLM matmul weights: auto (default), fp32, bf16, int8, int4 (groups of 32; a "
+      "GGUF's Q4_1 blocks as they are)")  # fmt: skip
     a("--embedder", help="embedder: all-minilm-l6-v2 (default) or a sentence-transformers folder")
     a("--config", help="JSON file whose keys mirror these options (and the limits below)")
     a("--api-key", help="require 'Authorization: Bearer KEY' (default: $AYO_API_KEY)")

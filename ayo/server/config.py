@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from ayo.cluster import Placement, is_loopback
+from ayo.engines.llm.formats import DENSE_FORMATS, WEIGHT_FORMATS
 from ayo.runtime.corpus import default_data_dir
 from ayo.runtime.defaults import PLACEABLE
 
@@ -21,11 +22,13 @@ class ServerConfig:
         data_dir: the RetrievalStore folder (collections, vectors); None: :func:`default_data_dir`.
         model: LLM id (``smollm2-135m-instruct``), a Hugging Face folder or a .gguf file.
         embedder: embedder id (``all-minilm-l6-v2``) or a sentence-transformers folder.
-        dtype: the LLM's ``auto`` (bfloat16 on a CPU with AMX bf16, where it decodes 1.4x
-            faster at batch 1 and 1.9x in batches; float32 elsewhere, where bfloat16 is
-            emulated and slower), ``float32`` (token for token equal to transformers, and the
+        dtype: the LLM's activations: ``auto`` (with ``weights`` auto: the format measured
+            fastest on this CPU, see ``EngineConfig``; else the weights format's own),
+            ``float32`` (with fp32 weights token for token equal to transformers, and the
             same answer whatever else runs) or ``bfloat16`` (rounding depends on the batch
             and on prefix-cache hits, so an answer can change with the load).
+        weights: the LLM's matmul weights: ``auto``, ``fp32``, ``bf16``, ``int8``, ``int4``
+            (``engines/llm/quant.py``; docs/benchmarks.md compares them).
         api_key: required as ``Authorization: Bearer KEY`` when set; needed beyond loopback.
         corpus: ``wiki``, ``none`` or a file/folder of .txt/.md/.jsonl, ingested into
             ``collection`` at start (only what is missing).
@@ -65,6 +68,7 @@ class ServerConfig:
     model: str = "smollm2-135m-instruct"
     embedder: str = "all-minilm-l6-v2"
     dtype: str = "auto"
+    weights: str = "auto"
     api_key: str | None = None
     corpus: str = "wiki"
     corpus_limit: int | None = None
@@ -110,6 +114,15 @@ class ServerConfig:
             raise ValueError("collection must be a non-empty name")
         if self.dtype not in ("auto", "float32", "bfloat16"):
             raise ValueError(f"dtype must be auto, float32 or bfloat16, got {self.dtype!r}")
+        if self.weights not in ("auto", *WEIGHT_FORMATS):
+            raise ValueError(
+                f"weights must be auto or one of {', '.join(WEIGHT_FORMATS)}, got {self.weights!r}"
+            )
+        if self.dtype != "auto" and DENSE_FORMATS.get(self.weights, self.dtype) != self.dtype:
+            raise ValueError(
+                f"{self.weights} weights are dense {DENSE_FORMATS[self.weights]}, not dtype "
+                f"{self.dtype} (leave dtype auto)"
+            )
         if self.placement:
             self.placements()  # raises on a fault, naming it
             if self.remote_placed and not self.ray_address:

@@ -40,6 +40,7 @@ def engine_options(config: ServerConfig) -> EngineOptions:
     return EngineOptions(
         model=config.model,
         dtype=config.dtype,
+        weights=config.weights,
         embedder=config.embedder,
         data_dir=config.data_path,
         collection=config.collection,
@@ -71,6 +72,8 @@ def make_state(config: ServerConfig, engines: DefaultEngines) -> ServerState:
             "id": _model_id(config.model, DEFAULT_LLM),
             "path": str(resolve_model_path(config.model)),
             "dtype": llm.config.dtype,
+            "weights": llm.config.weights,
+            "weights_reason": llm.config.format_reason or "as configured",
             "max_model_len": llm.max_model_len,
         },
         "embedder": {
@@ -108,10 +111,11 @@ async def build_state(config: ServerConfig) -> ServerState:
     await state.app.start()
     llm = engines.llm
     log.info(
-        "loaded LLM %s (%s%s, context %d tokens) from %s",
+        "loaded LLM %s (%s activations, %s weights: %s; context %d tokens) from %s",
         state.llm_id,
         llm.config.dtype,
-        dtype_reason(config.dtype),
+        llm.config.weights,
+        llm.config.format_reason or "as configured",
         llm.max_model_len,
         state.loaded["llm"]["path"],
     )
@@ -135,15 +139,6 @@ async def ensure_engine_profiles(state: ServerState) -> None:
     path = engine_profile_path(config.data_path, config.model, state.llm)
     if not path.exists():  # else make_state loaded it
         await ensure_profiles(app, path, app.engines.instances("embedder")[0])
-
-
-def dtype_reason(asked: str) -> str:
-    """Why ``--dtype auto`` chose what it did, for the start-up log."""
-    if asked != "auto":
-        return ""
-    from ayo.engines.llm.config import amx_bf16
-
-    return ": auto, the CPU has AMX bf16" if amx_bf16() else ": auto, the CPU lacks AMX bf16"
 
 
 def import_origins() -> str:

@@ -59,6 +59,8 @@ def test_config_file_flags_and_env(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     assert load_config(build_parser().parse_args(["--no-gc-tuning"])).gc_tuning is False
     assert ServerConfig().dtype == "auto"
     assert load_config(build_parser().parse_args(["--dtype", "float32"])).dtype == "float32"
+    args = ["--dtype", "bfloat16", "--weights", "int4"]  # quantized: either activation dtype
+    assert load_config(build_parser().parse_args(args)).weights == "int4"
     for bad, needle in [
         ({"prot": 1}, "unknown keys ['prot']"),
         ({"port": "80"}, "'port' must be of type int"),
@@ -67,6 +69,8 @@ def test_config_file_flags_and_env(tmp_path: Path, monkeypatch: pytest.MonkeyPat
         ({"port": 70000}, "port must be 0..65535"),
         ({"max_concurrent_queries": 0}, "max_concurrent_queries must be >= 1"),
         ({"dtype": "float16"}, "dtype must be auto, float32 or bfloat16, got 'float16'"),
+        ({"weights": "int3"}, "weights must be auto or one of fp32, bf16, int8, int4, got 'int3'"),
+        ({"dtype": "bfloat16", "weights": "fp32"}, "fp32 weights are dense float32, not dtype"),
     ]:
         path.write_text(json.dumps(bad))
         with pytest.raises(ValueError, match=re.escape(needle)):
