@@ -5,8 +5,11 @@ from __future__ import annotations
 import logging
 import os
 import statistics
+import subprocess
+import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import torch
 
@@ -27,6 +30,24 @@ def machine() -> str:
     if torch.cuda.is_available():
         return f"{torch.cuda.get_device_name()} (torch {torch.__version__})"
     return f"{cpu_model()}, {os.cpu_count()} cores, {torch.get_num_threads()} torch threads (torch {torch.__version__})"
+
+
+def peer_venv(venv: Path, probe: str, installs: list[list[str]]) -> Path:
+    """The interpreter of the virtual environment ``venv`` (a peer's, apart from ours): created
+    when missing, and filled by ``installs`` (pip arguments, run in order) when the Python
+    ``probe`` fails in it."""
+    python = venv / "bin" / "python"
+    if not python.is_file():
+        logging.getLogger(__name__).info("creating %s", venv)
+        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    if subprocess.run([str(python), "-c", probe], capture_output=True).returncode != 0:
+        pip = [str(python), "-m", "pip", "install", "--disable-pip-version-check", "-q"]
+        for args in installs:
+            logging.getLogger(__name__).info(
+                "installing %s into %s (minutes)", " ".join(args), venv
+            )
+            subprocess.run([*pip, *args], check=True)
+    return python
 
 
 def sync(device: torch.device) -> None:

@@ -1,6 +1,17 @@
-"""Benchmark: Ayo's LLM engine vs transformers ``generate`` on SmolLM2-135M-Instruct (GGUF).
+"""Benchmark: Ayo's LLM engine vs transformers ``generate``, and its weights formats vs
+llama.cpp, on SmolLM2-135M-Instruct (GGUF Q4_1).
 
     python -m benchmarks.llm_engine [--requests 64] [--output-tokens 128] [--json out.json]
+    python -m benchmarks.llm_engine --peers llama.cpp [--weights fp32,int8,int4]
+
+``--peers llama.cpp``: each of our weights formats (``--weights``) against llama.cpp on the
+same GGUF in the same run (``llama-cpp-python`` 0.3.36 built from source into
+``.venv-llamacpp`` on first use, ~10 minutes on 2 cores): batch-1 decode tok/s (128-token
+prompt, 64 greedy tokens), 512-token prefill tok/s, and ``--concurrent`` requests of the
+workload (``--output-tokens`` each; ours batched, llama.cpp's Python API one after another),
+with the bytes each reads per decoded token and the read limit that puts on batch-1 decode
+(the machine's read bandwidth over those bytes). Ours also: greedy token agreement with our
+fp32 on the concurrent requests, and the memory its weights take.
 
 Workload: ``--requests`` prompts of random token ids with lengths drawn uniformly in
 [--min-prompt, --max-prompt] (seeded), ``--output-tokens`` greedy tokens each (end-of-sequence
@@ -25,10 +36,12 @@ import os
 import random
 import sys
 import time
+from pathlib import Path
 
 import torch
 
-from ayo.engines.llm.config import amx_bf16, auto_dtype, cpu_model
+from ayo.engines.llm.config import amx_bf16, cpu_model
+from ayo.engines.llm.formats import WEIGHT_FORMATS
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 MODEL = "smollm2-135m-instruct"
@@ -238,6 +251,154 @@ def hf_single(hf, prompts) -> dict:
     return {"batch1_tok_s": 1 / best, "prefill512_tok_s": prefill, "ops_per_layer": ops}
 
 
+# ---- our weights formats against llama.cpp --------------------------------------------------
+
+LLAMA_CPP_PIN = "llama-cpp-python==0.3.36"  # a source build: gcc, cmake, ninja
+
+
+async def run_format(fmt: str, prompts, args, loaded, tokenizer) -> dict:
+    """Our engine with weights ``fmt`` (in its default activation dtype): batch-1 decode,
+    512-token prefill, and ``args.concurrent`` requests batched."""
+    from ayo.engines.llm import EngineConfig, LLMEngine, SamplingParams
+    from ayo.engines.llm.model import LlamaModel
+
+    config = EngineConfig(
+        weights=fmt,
+        kv_cache_gib=args.kv_cache_gib,
+        max_num_batched_tokens=args.max_num_batched_tokens,
+        max_num_seqs=args.concurrent,
+        enable_prefix_caching=False,
+    )
+    t = time.perf_counter()
+    model = LlamaModel(loaded.config, loaded.weights, config.torch_dtype, config.attention,
+                       weight_format=fmt, blocks=loaded.blocks)  # fmt: skip
+    load_s = time.perf_counter() - t
+    async with LLMEngine(model, tokenizer, config) as eng:
+        await eng.generate(prompts[0][:32], SamplingParams(max_tokens=4, ignore_eos=True))  # warm
+        tpot = []
+        for _ in range(3):
+            (r,) = await eng.generate(
+                prompts[0][:128], SamplingParams(max_tokens=64, ignore_eos=True)
+            )
+            tpot.append(r.time_per_output_token_s)
+        long = (prompts[0] * 512)[:512]
+        prefill = []
+        for _ in range(2):
+            (r,) = await eng.generate(long, SamplingParams(max_tokens=1, ignore_eos=True))
+            prefill.append(512 / r.time_to_first_token_s)
+        t = time.perf_counter()
+        batch = await eng.generate(
+            prompts[: args.concurrent],
+            SamplingParams(max_tokens=args.output_tokens, ignore_eos=True),
+        )
+        wall = time.perf_counter() - t
+    return {
+        "engine": f"ayo {fmt} ({config.dtype} activations)",
+        "weights": fmt,
+        "batch1_tok_s": 1 / min(tpot),
+        "prefill512_tok_s": max(prefill),
+        "concurrent_out_tok_s": sum(len(r.token_ids) for r in batch) / wall,
+        "bytes_per_token": model.weight_bytes,
+        "weight_memory": model.weight_bytes + model.dense_bytes,
+        "dense_from": model.dense_from,
+        "load_s": load_s,
+        "tokens": [r.token_ids for r in batch],
+    }
+
+
+def llama_cpp_python() -> Path:
+    """``.venv-llamacpp``'s interpreter, with llama-cpp-python built from source on first use."""
+    from .common import peer_venv
+
+    root = Path(__file__).resolve().parent.parent
+    return peer_venv(root / ".venv-llamacpp", "import llama_cpp", [[LLAMA_CPP_PIN]])
+
+
+def run_llama_cpp(path: Path, prompts, args) -> dict:
+    """llama.cpp on the GGUF itself, in its own interpreter (``peers_llamacpp.py``)."""
+    import subprocess
+    import tempfile
+
+    python = llama_cpp_python()
+    threads = torch.get_num_threads()
+    with tempfile.TemporaryDirectory() as scratch:
+        job, result = Path(scratch) / "job.json", Path(scratch) / "result.json"
+        job.write_text(json.dumps({
+            "model": str(path), "threads": threads, "prompts": prompts,
+            "concurrent": args.concurrent, "output_tokens": args.output_tokens,
+        }))  # fmt: skip
+        script = Path(__file__).resolve().parent / "peers_llamacpp.py"
+        env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+        subprocess.run([str(python), "-I", str(script), str(job), str(result)], check=True, env=env)
+        row = json.loads(result.read_text())
+    row["weights"] = "GGUF Q4_1 (token_embd Q8_0)"
+    row["bytes_per_token"] = gguf_bytes(path)
+    row["weight_memory"] = row["bytes_per_token"]
+    return row
+
+
+def gguf_bytes(path: Path) -> int:
+    """Bytes of the GGUF's tensors: what llama.cpp reads per decoded token (the tied output
+    matrix is token_embd, read whole by the output matmul; the lookup reads one row)."""
+    from gguf import GGUFReader
+
+    return sum(int(t.n_bytes) for t in GGUFReader(str(path)).tensors)
+
+
+def compare_formats(args, path, loaded, tokenizer, prompts, bandwidth) -> None:
+    rows = []
+    for fmt in args.weights:
+        print(f"running ayo {fmt} ...", file=sys.stderr, flush=True)
+        rows.append(asyncio.run(run_format(fmt, prompts, args, loaded, tokenizer)))
+    if "llama.cpp" in args.peers:
+        print("running llama.cpp ...", file=sys.stderr, flush=True)
+        rows.append(run_llama_cpp(path, prompts, args))
+    ref = next((r for r in rows if r.get("weights") == "fp32"), None)
+    peer = rows[-1] if "llama.cpp" in args.peers else None
+    print(f"\nSmolLM2-135M-Instruct (GGUF Q4_1) on {machine()}")
+    print(
+        f"memory copy {bandwidth[0] / 1e9:.1f} GB/s (read + write), read {bandwidth[1] / 1e9:.1f} "
+        f"GB/s at {torch.get_num_threads()} threads; batch-1: 128-token prompt, 64 tokens; "
+        f"{args.concurrent} concurrent requests of {args.output_tokens} tokens\n"
+    )
+    head = (
+        f"{'engine':44} {'MB/token':>8} {'b1 tok/s':>8} {'limit':>6} {'frac':>5} {'vs llama':>8}"
+        f" {'pf512/s':>7} {'vs llama':>8} {'conc tok/s':>10} {'agree':>6} {'mem MB':>7}"
+    )
+    print(head)
+    print("-" * len(head))
+    for r in rows:
+        r["decode_limit_tok_s"] = bandwidth[1] / r["bytes_per_token"]
+        r["batch1_fraction_of_limit"] = r["batch1_tok_s"] / r["decode_limit_tok_s"]
+        agree = "-"
+        if ref is not None and "tokens" in r:
+            same = sum(a == b for x, y in zip(r["tokens"], ref["tokens"]) for a, b in zip(x, y))
+            agree = f"{same / sum(len(x) for x in ref['tokens']):.0%}"
+        vs_b1 = f"{r['batch1_tok_s'] / peer['batch1_tok_s']:.2f}x" if peer else "-"
+        vs_pf = f"{r['prefill512_tok_s'] / peer['prefill512_tok_s']:.2f}x" if peer else "-"
+        print(
+            f"{r['engine']:44} {r['bytes_per_token'] / 1e6:8.0f} {r['batch1_tok_s']:8.1f} "
+            f"{r['decode_limit_tok_s']:6.0f} {r['batch1_fraction_of_limit']:5.0%} {vs_b1:>8} "
+            f"{r['prefill512_tok_s']:7.0f} {vs_pf:>8} {r['concurrent_out_tok_s']:10.1f} "
+            f"{agree:>6} {r['weight_memory'] / 1e6:7.0f}"
+        )
+    print(
+        "\nMB/token: weight bytes read per decoded token; limit: read bandwidth / those bytes "
+        "(tok/s); frac: batch-1 decode as a fraction of it; pf512: prefill tok/s of one "
+        "512-token prompt;\nconc: output tok/s of the concurrent requests (ours batched; "
+        + (peer["concurrent_note"] if peer else "")
+        + "); agree: greedy tokens equal to our fp32's, position by position;\nmem: weight "
+        "memory (quantized: plus the dense copy that runs matmuls of many rows)."
+    )
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({
+                "machine": machine(), "args": vars(args), "copy_bandwidth_Bps": bandwidth[0],
+                "read_bandwidth_Bps": bandwidth[1],
+                "rows": [{k: v for k, v in r.items() if k != "tokens"} for r in rows],
+            }, f, indent=2)  # fmt: skip
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--requests", type=int, default=64)
@@ -253,7 +414,18 @@ def main() -> None:
         "--threads", type=int, default=0, help="torch threads, both sides (0: torch's default)"
     )
     ap.add_argument("--json", help="write the figures here")
+    ap.add_argument("--peers", default="transformers", help="transformers (the batched "
+                    "comparison above) and/or llama.cpp (the weights formats' table)")  # fmt: skip
+    ap.add_argument("--weights", default="fp32,int8,int4", help="our weights formats against "
+                    "llama.cpp (fp32, bf16, int8, int4)")  # fmt: skip
+    ap.add_argument("--concurrent", type=int, default=16)
     args = ap.parse_args()
+    args.peers = [p for p in args.peers.split(",") if p]
+    args.weights = [w for w in args.weights.split(",") if w]
+    if bad := [p for p in args.peers if p not in ("transformers", "llama.cpp")]:
+        ap.error(f"unknown peers {bad}; choose from transformers, llama.cpp")
+    if bad := [w for w in args.weights if w not in WEIGHT_FORMATS]:
+        ap.error(f"unknown weights {bad}; choose from {', '.join(WEIGHT_FORMATS)}")
     if args.threads:
         torch.set_num_threads(args.threads)
 
@@ -266,6 +438,10 @@ def main() -> None:
         args.requests, args.min_prompt, args.max_prompt, args.seed, loaded.config.vocab_size
     )
     bandwidth = memory_bandwidth()  # at torch's thread count now: the one both sides use
+    if "llama.cpp" in args.peers:
+        compare_formats(args, path, loaded, tokenizer, prompts, bandwidth)
+    if "transformers" not in args.peers:
+        return
     rows = []
     for dtype in filter(None, args.dtypes.split(",")):
         hf = load_hf(path, dtype)
@@ -339,11 +515,8 @@ def report(rows, args, bandwidth, prompts) -> None:
                 if "batch1_tok_s" in f32 and "batch1_tok_s" in b16
                 else ""
             )
-            + f"; the server's --dtype auto picks {auto_dtype()} here ("
-            + ("bfloat16 pays on AMX bf16" if amx_bf16() else
-               "without AMX bf16 the CPU emulates bfloat16 matmuls")
-            + "); the engine library's default stays float32 (equal to transformers)."
-        )  # fmt: skip
+            + "; the engine library's default stays float32 (equal to transformers)."
+        )
     if args.json:
         out = {
             "machine": machine(),

