@@ -13,7 +13,7 @@ from pathlib import Path
 import torch
 
 from ..errors import InvalidRequest
-from .formats import ACTIVATIONS, DENSE_FORMATS, WEIGHT_FORMATS
+from .formats import ACTIVATIONS, DENSE_FORMATS, QUANTIZED_FORMATS, WEIGHT_FORMATS
 
 log = logging.getLogger(__name__)
 # The formats ``weights="auto"`` chooses among: those whose answer quality holds
@@ -48,10 +48,21 @@ def amx_bf16() -> bool:
     return "amx_bf16" in cpu_flags()
 
 
-def measured_formats() -> dict[str, dict[str, float]]:
-    """:func:`quant.time_formats` of every weights format on this CPU model, thread count and
-    torch, measured once (~1 s) and stored in the cache directory (``$AYO_CACHE_DIR``, default
-    ``~/.cache/ayo``, ``formats.json``), so later starts read it."""
+def probe_keys() -> tuple[str, ...]:
+    """The format keys timed on this CPU (``quant.format_key``): every weights format in its
+    default dtype, and where the CPU multiplies bfloat16 natively (AVX-512-BF16, AMX) the
+    quantized formats with bfloat16 activations too."""
+    from .attention import native_bf16_matmul
+
+    extra = [f"{f}-bfloat16" for f in QUANTIZED_FORMATS] if native_bf16_matmul() else []
+    return (*WEIGHT_FORMATS, *extra)
+
+
+def measured_formats(keys: tuple[str, ...] | None = None) -> dict[str, dict[str, float]]:
+    """:func:`quant.time_formats` of ``keys`` (default :func:`probe_keys`) on this CPU model,
+    thread count and torch: measured once (~1 s) and stored in the cache directory
+    (``$AYO_CACHE_DIR``, default ``~/.cache/ayo``, ``formats.json``); later starts read it."""
+    keys = keys or probe_keys()
     key = f"{cpu_model()}|{torch.get_num_threads()} threads|torch {torch.__version__}"
     path = Path(os.environ.get("AYO_CACHE_DIR", Path.home() / ".cache" / "ayo")) / "formats.json"
     try:
@@ -59,15 +70,16 @@ def measured_formats() -> dict[str, dict[str, float]]:
     except (OSError, ValueError):
         stored = {}
     stored = stored if isinstance(stored, dict) else {}
-    times = stored.get(key)
-    if isinstance(times, dict) and all(
-        isinstance(times.get(f), dict) and {"request_s", "dense_from"} <= set(times[f])
-        for f in WEIGHT_FORMATS
-    ):
+    times = stored.get(key) if isinstance(stored.get(key), dict) else {}
+    missing = [
+        k for k in keys
+        if not (isinstance(times.get(k), dict) and {"request_s", "dense_from"} <= set(times[k]))
+    ]  # fmt: skip
+    if not missing:
         return times
     from .quant import time_formats
 
-    times = stored[key] = time_formats(WEIGHT_FORMATS)
+    times = stored[key] = {**times, **time_formats(tuple(missing))}
     log.info("timed the weights formats on this CPU (%s): %s", key, times)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -81,18 +93,24 @@ def measured_formats() -> dict[str, dict[str, float]]:
 
 def auto_formats() -> tuple[str, str, str]:
     """What ``dtype="auto", weights="auto"`` resolve to on this CPU, and why: ``(dtype,
-    weights, reason)``: the format whose matmuls run a request of 256 prompt tokens and 256
-    decode steps fastest (:func:`measured_formats`), among :data:`AUTO_CANDIDATES`, the formats
-    whose answer quality holds (docs/benchmarks.md, "Weights formats"), in its default
-    activation dtype (``formats.ACTIVATIONS``)."""
-    times = {f: measured_formats()[f]["request_s"] for f in AUTO_CANDIDATES}
-    best = min(AUTO_CANDIDATES, key=times.__getitem__)
-    second = min((f for f in AUTO_CANDIDATES if f != best), key=times.__getitem__)
+    weights, reason)``: the format (and activation dtype, :func:`probe_keys`) whose matmuls run
+    a request of 256 prompt tokens and 256 decode steps fastest (:func:`measured_formats`),
+    among :data:`AUTO_CANDIDATES`, the formats whose answer quality holds (docs/benchmarks.md,
+    "Weights formats against llama.cpp")."""
+    from .quant import split_key
+
+    measured = measured_formats()
+    times = {
+        k: measured[k]["request_s"] for k in probe_keys() if split_key(k)[0] in AUTO_CANDIDATES
+    }
+    best = min(times, key=times.__getitem__)
+    second = min((k for k in times if k != best), key=times.__getitem__)
     reason = (
         f"fastest measured on this CPU: {times[best] * 1e3:.0f} ms of one layer's matmuls per "
         f"request against {times[second] * 1e3:.0f} for {second}"
     )
-    return ACTIVATIONS[best], best, reason
+    weights, dtype = split_key(best)
+    return dtype, weights, reason
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ from ayo import kernels
 from .attention import DecodeGroup, decode_matmul, plan_decode, prefill_matmul, uses_matmul
 from .config import ModelConfig
 from .formats import DENSE_FORMATS, QUANTIZED_FORMATS
-from .quant import Blocks, QuantLinear, dense_linear, quantize, quantized_linear
+from .quant import Blocks, QuantLinear, dense_linear, format_key, quantize, quantized_linear
 
 
 @dataclass
@@ -100,7 +100,8 @@ class LlamaModel:
         if quantized and dense_from is None:
             from .config import measured_formats
 
-            dense_from = int(measured_formats()[self.weight_format]["dense_from"])
+            key = format_key(self.weight_format, str(dtype).removeprefix("torch."))
+            dense_from = int(measured_formats((key,))[key]["dense_from"])
         self.dense_from = dense_from or 0  # quantized: rows from which the dense copy runs
         # On the CPU the matmuls go through oneDNN with weights reordered once into its blocked
         # layout: at batch 1 to 16 it streams the weights 1.7-2.4x faster than F.linear's BLAS

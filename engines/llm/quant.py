@@ -36,7 +36,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from .formats import DENSE_FORMATS, WEIGHT_FORMATS
+from .formats import ACTIVATIONS, DENSE_FORMATS, WEIGHT_FORMATS
 
 GROUP = 32  # int4 group size: GGUF's block, and what the CPU kernel supports (32..256)
 KERNEL_DTYPE = torch.bfloat16  # what the quantized kernels multiply in
@@ -203,11 +203,25 @@ PROBE_ROWS = (1, 2, 3, 4, 6, 8, 16, 256)
 PROBE_PROMPT = 256  # a request of 256 prompt tokens and as many decoded ones
 
 
-def time_formats(formats=WEIGHT_FORMATS, reps: int = 7) -> dict[str, dict[str, float]]:
-    """Per format, one layer's matmuls timed at ``PROBE_ROWS`` rows (the best of ``reps``, at
-    torch's current thread count; about a second in all): ``{"request_s": prefill of 256 rows +
-    256 single-row steps, "dense_from": rows from which the dense copy is faster (0: never)}``.
-    Quantized formats run in float32 with their dense copy where it is faster."""
+def format_key(fmt: str, dtype: str) -> str:
+    """A weights format run in ``dtype``: the format's name in its default dtype, else
+    ``"int8-bfloat16"`` etc. (what measurements and engine profiles are keyed by)."""
+    if fmt in DENSE_FORMATS or ACTIVATIONS[fmt] == dtype:
+        return fmt
+    return f"{fmt}-{dtype}"
+
+
+def split_key(key: str) -> tuple[str, str]:
+    """``format_key``'s inverse: ``(weights format, dtype)``."""
+    fmt, _, dtype = key.partition("-")
+    return fmt, dtype or ACTIVATIONS[fmt]
+
+
+def time_formats(keys=WEIGHT_FORMATS, reps: int = 7) -> dict[str, dict[str, float]]:
+    """Per format key (:func:`format_key`), one layer's matmuls timed at ``PROBE_ROWS`` rows (the
+    best of ``reps``, at torch's current thread count; about a second in all): ``{"request_s":
+    prefill of 256 rows + 256 single-row steps, "dense_from": rows from which the dense copy
+    (in the same dtype) is faster at every larger size (0: never)}``."""
     gen = torch.Generator().manual_seed(0)
     weights = [torch.randn(n, k, generator=gen) * 0.05 for n, k in PROBE_SHAPES]
     inputs = {m: [torch.randn(m, k, generator=gen) for _, k in PROBE_SHAPES] for m in PROBE_ROWS}
@@ -223,22 +237,21 @@ def time_formats(formats=WEIGHT_FORMATS, reps: int = 7) -> dict[str, dict[str, f
         return min(times[1:] or times)
 
     dense = {}
-    for fmt, dtype in DENSE_FORMATS.items():
-        if fmt in formats or set(formats) - set(DENSE_FORMATS):
-            lins = [dense_linear(w, getattr(torch, dtype)) for w in weights]
-            dense[fmt] = {m: best(lins, m, getattr(torch, dtype)) for m in PROBE_ROWS}
+    for dtype in {split_key(k)[1] for k in keys}:
+        lins = [dense_linear(w, getattr(torch, dtype)) for w in weights]
+        dense[dtype] = {m: best(lins, m, getattr(torch, dtype)) for m in PROBE_ROWS}
     out = {}
-    for fmt in formats:
+    for key in keys:
+        fmt, dtype = split_key(key)
+        ref = dense[dtype]
         if fmt in DENSE_FORMATS:
-            t, cross = dense[fmt], 0
+            t, cross = ref, 0
         else:
             lins = [quantize(lambda w=w: w, None, fmt) for w in weights]
-            q = {m: best(lins, m, torch.float32) for m in PROBE_ROWS}
-            ref = dense["fp32"]
-            # the fewest rows from which the dense copy is faster at every larger size
+            q = {m: best(lins, m, getattr(torch, dtype)) for m in PROBE_ROWS}
             cross = next(
                 (m for m in PROBE_ROWS if all(ref[n] < q[n] for n in PROBE_ROWS if n >= m)), 0
             )
             t = {m: ref[m] if cross and m >= cross else q[m] for m in PROBE_ROWS}
-        out[fmt] = {"request_s": t[PROBE_PROMPT] + PROBE_PROMPT * t[1], "dense_from": cross}
+        out[key] = {"request_s": t[PROBE_PROMPT] + PROBE_PROMPT * t[1], "dense_from": cross}
     return out

@@ -122,12 +122,13 @@ def test_formats_resolve_and_refuse_mismatches(monkeypatch, tmp_path):
         EngineConfig(weights="q4_k")
     # auto: the fastest measured, measured once per CPU, threads and torch, then read back
     monkeypatch.setenv("AYO_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr("ayo.engines.llm.attention.native_bf16_matmul", lambda: False)
     calls = []
+    fast = {"int8": 0.5, "int4": 0.6}
 
-    def timed(formats):
-        calls.append(formats)
-        fast = {"int8": 0.5, "int4": 0.6}
-        return {f: {"request_s": fast.get(f, 1.0), "dense_from": 4} for f in formats}
+    def timed(keys):
+        calls.append(keys)
+        return {k: {"request_s": fast.get(k, 1.0), "dense_from": 4} for k in keys}
 
     monkeypatch.setattr("ayo.engines.llm.quant.time_formats", timed)
     auto = EngineConfig(dtype="auto")
@@ -137,6 +138,12 @@ def test_formats_resolve_and_refuse_mismatches(monkeypatch, tmp_path):
     stored = json.loads((tmp_path / "formats.json").read_text())
     assert next(iter(stored.values()))["int8"]["request_s"] == 0.5
     assert set(cfg.AUTO_CANDIDATES) <= set(calls[0])
+    # where the CPU multiplies bfloat16 natively, the quantized formats are timed in it too
+    monkeypatch.setattr("ayo.engines.llm.attention.native_bf16_matmul", lambda: True)
+    fast["int4-bfloat16"] = 0.4
+    auto = EngineConfig(dtype="auto")
+    assert calls[-1] == ("int8-bfloat16", "int4-bfloat16")  # only what was not stored
+    assert (auto.dtype, auto.weights, auto.format_key) == ("bfloat16", "int4", "int4-bfloat16")
 
 
 @pytest.mark.slow
