@@ -40,7 +40,8 @@ def peer_venv(venv: Path, probe: str, installs: list[list[str]]) -> Path:
     if not python.is_file():
         logging.getLogger(__name__).info("creating %s", venv)
         subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
-    if subprocess.run([str(python), "-c", probe], capture_output=True).returncode != 0:
+    # -I: the probe must not import this checkout's folders (ours has a `kernels` package)
+    if subprocess.run([str(python), "-I", "-c", probe], capture_output=True).returncode != 0:
         pip = [str(python), "-m", "pip", "install", "--disable-pip-version-check", "-q"]
         for args in installs:
             logging.getLogger(__name__).info(
