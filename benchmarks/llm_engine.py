@@ -43,6 +43,8 @@ import torch
 from ayo.engines.llm.config import amx_bf16, cpu_model
 from ayo.engines.llm.formats import WEIGHT_FORMATS
 
+from .common import peer_venv, print_table
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 MODEL = "smollm2-135m-instruct"
 
@@ -310,8 +312,6 @@ async def run_format(fmt: str, prompts, args, loaded, tokenizer) -> dict:
 
 def llama_cpp_python() -> Path:
     """``.venv-llamacpp``'s interpreter, with llama-cpp-python built from source on first use."""
-    from .common import peer_venv
-
     root = Path(__file__).resolve().parent.parent
     return peer_venv(root / ".venv-llamacpp", "import llama_cpp", [[LLAMA_CPP_PIN]])
 
@@ -369,26 +369,26 @@ def compare_formats(args, path, loaded, tokenizer, prompts, bandwidth) -> None:
         f"GB/s at {torch.get_num_threads()} threads; batch-1: 128-token prompt, 64 tokens; "
         f"{args.concurrent} concurrent requests of {args.output_tokens} tokens\n"
     )
-    head = (
-        f"{'engine':44} {'MB/token':>8} {'b1 tok/s':>8} {'limit':>6} {'frac':>5} {'vs llama':>8}"
-        f" {'pf512/s':>7} {'vs llama':>8} {'conc tok/s':>10} {'agree':>9} {'mem MB':>7}"
-    )
-    print(head)
-    print("-" * len(head))
+    table = []
     for r in rows:
         r["decode_limit_tok_s"] = bandwidth[1] / r["bytes_per_token"]
         r["batch1_fraction_of_limit"] = r["batch1_tok_s"] / r["decode_limit_tok_s"]
         agree = "-"
         if ref is not None and "tokens" in r:
             agree = "/".join(f"{agreement(r[k], ref[k]):.0%}" for k in ("batch1_tokens", "tokens"))
-        vs_b1 = f"{r['batch1_tok_s'] / peer['batch1_tok_s']:.2f}x" if peer else "-"
-        vs_pf = f"{r['prefill512_tok_s'] / peer['prefill512_tok_s']:.2f}x" if peer else "-"
-        print(
-            f"{r['engine']:44} {r['bytes_per_token'] / 1e6:8.0f} {r['batch1_tok_s']:8.1f} "
-            f"{r['decode_limit_tok_s']:6.0f} {r['batch1_fraction_of_limit']:5.0%} {vs_b1:>8} "
-            f"{r['prefill512_tok_s']:7.0f} {vs_pf:>8} {r['concurrent_out_tok_s']:10.1f} "
-            f"{agree:>9} {r['weight_memory'] / 1e6:7.0f}"
-        )
+        table.append([
+            r["engine"], f"{r['bytes_per_token'] / 1e6:.0f}", f"{r['batch1_tok_s']:.1f}",
+            f"{r['decode_limit_tok_s']:.0f}", f"{r['batch1_fraction_of_limit']:.0%}",
+            f"{r['batch1_tok_s'] / peer['batch1_tok_s']:.2f}x" if peer else "-",
+            f"{r['prefill512_tok_s']:.0f}",
+            f"{r['prefill512_tok_s'] / peer['prefill512_tok_s']:.2f}x" if peer else "-",
+            f"{r['concurrent_out_tok_s']:.1f}", agree, f"{r['weight_memory'] / 1e6:.0f}",
+        ])  # fmt: skip
+    print_table(
+        ["engine", "MB/token", "b1 tok/s", "limit", "frac", "vs llama", "pf512/s", "vs llama",
+         "conc tok/s", "agree", "mem MB"],
+        table,
+    )  # fmt: skip
     print(
         "\nMB/token: weight bytes read per decoded token; limit: read bandwidth / those bytes "
         "(tok/s); frac: batch-1 decode as a fraction of it; pf512: prefill tok/s of one "
