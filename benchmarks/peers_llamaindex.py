@@ -369,7 +369,9 @@ class Peer:
         rerank = self.parts["EmbeddingCosineRerank"](
             embed_model=self.embed, top_n=spec["top_k"], candidates=spec["candidates"]
         )
-        return RetrieverQueryEngine(retriever, synthesizer, node_postprocessors=[rerank])
+        # the reranked passages a blank line apart, as Ayo's prompt has them (as _naive's)
+        plain = self.parts["PlainPassages"]()
+        return RetrieverQueryEngine(retriever, synthesizer, node_postprocessors=[rerank, plain])
 
 
 # ---- measurements ------------------------------------------------------------------------------
