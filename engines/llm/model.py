@@ -16,6 +16,7 @@ from ayo import kernels
 from .attention import DecodeGroup, decode_matmul, plan_decode, prefill_matmul, uses_matmul
 from .config import ModelConfig
 from .formats import DENSE_FORMATS, QUANTIZED_FORMATS
+from .linear import onednn_linear, pack_weight, uses_packed_linear
 from .quant import Blocks, QuantLinear, dense_linear, format_key, quantize, quantized_linear
 
 
@@ -280,29 +281,6 @@ class LlamaModel:
                 self.scale,
             )
         return self.linear(out.reshape(n, cfg.q_size), lw.o_proj)
-
-
-def uses_packed_linear(device: torch.device, dtype: torch.dtype) -> bool:
-    """oneDNN's packed linear: on the CPU, for float32, and for bfloat16 where oneDNN has a
-    bfloat16 path on this CPU (AVX-512 BW/VL/DQ or AVX-NE-CONVERT; an AVX2-only CPU has none,
-    and its packing raises), where torch has oneDNN."""
-    if device.type != "cpu" or not torch.backends.mkldnn.is_available():
-        return False
-    if dtype == torch.bfloat16:
-        return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
-    return dtype == torch.float32
-
-
-def pack_weight(w: torch.Tensor) -> torch.Tensor:
-    """``w [out, in]`` reordered once into oneDNN's blocked layout (an opaque mkldnn tensor)."""
-    return torch.ops.mkldnn._reorder_linear_weight(w.contiguous(), None)
-
-
-def onednn_linear(
-    x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None = None
-) -> torch.Tensor:
-    """``F.linear`` on a :func:`pack_weight` weight."""
-    return torch.ops.mkldnn._linear_pointwise(x, w, bias, "none", [], "")
 
 
 def rotate_in_place(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> None:

@@ -37,6 +37,7 @@ import numpy as np
 import torch
 
 from .formats import ACTIVATIONS, DENSE_FORMATS, WEIGHT_FORMATS
+from .linear import dense_linear
 
 GROUP = 32  # int4 group size: GGUF's block, and what the CPU kernel supports (32..256)
 KERNEL_DTYPE = torch.bfloat16  # what the quantized kernels multiply in
@@ -184,17 +185,6 @@ def quantized_linear(
 ) -> torch.Tensor:
     """The model's ``linear`` when its weights are quantized."""
     return w(x, bias)
-
-
-def dense_linear(w: torch.Tensor, dtype: torch.dtype) -> Callable[[torch.Tensor], torch.Tensor]:
-    """``x -> x @ w.T`` in ``dtype``: oneDNN-packed where the engine packs dense weights."""
-    from .model import onednn_linear, pack_weight, uses_packed_linear
-
-    w = w.to(dtype).contiguous()
-    if uses_packed_linear(w.device, dtype):
-        packed = pack_weight(w)
-        return lambda x: onednn_linear(x, packed)
-    return lambda x: torch.nn.functional.linear(x, w)
 
 
 # One decoder layer of SmolLM2-135M (qkv, o, gate_up, down): the shapes the formats are timed on
