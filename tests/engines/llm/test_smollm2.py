@@ -89,7 +89,9 @@ async def test_score_matches_transformers(smol):
 
 async def test_bfloat16_close_to_transformers_bfloat16(smol, greedy):
     """bf16 is the fast mode: compared with transformers in bf16 by log-prob closeness on the
-    fp32 greedy continuation and by greedy token agreement."""
+    fp32 greedy continuation and by greedy token agreement, where a disagreement may only
+    start at a near tie of transformers' own (on a CPU without native bf16 our attention
+    multiplies in float32, transformers' in bf16, so a near tie can fall either way)."""
     hf16 = copy.deepcopy(smol.hf).to(torch.bfloat16)
     ours16 = LlamaModel(smol.loaded.config, smol.loaded.weights, torch.bfloat16)
     assert ours16.prefill_attention.__name__ == "prefill_matmul"  # the CPU fast path
@@ -107,4 +109,14 @@ async def test_bfloat16_close_to_transformers_bfloat16(smol, greedy):
             (ours,) = await eng.generate(ctx, SamplingParams(max_tokens=16, ignore_eos=True))
             theirs = greedy(hf16, ctx, 16)
             agree.append(sum(a == b for a, b in zip(ours.token_ids, theirs)) / 16)
-    assert sum(agree) / len(agree) >= 0.75, agree
+            split = next(
+                (j for j, (a, b) in enumerate(zip(ours.token_ids, theirs)) if a != b), None
+            )
+            if split is not None:  # transformers' own margin between the two tokens there
+                with torch.inference_mode():
+                    last = hf16(torch.tensor([ctx + theirs[:split]])).logits[0, -1].float()
+                margin = (last[theirs[split]] - last[ours.token_ids[split]]).item()
+                # a near tie of transformers' own: measured 0.25 logits (the haiku prompt's
+                # 2nd token, on the AVX2 EPYC)
+                assert margin <= 0.5, (split, margin)
+    assert sum(a == 1.0 for a in agree) >= 2, agree
