@@ -104,6 +104,7 @@ async def health(request: web.Request) -> web.Response:
             "engines": state.instances,
             "uptime_s": round(time.time() - state.started_at, 3),
             "models": state.model_ids,
+            "llm": state.loaded["llm"],  # id, path, dtype, weights and why, context window
             "apps": state.app_names,
             "collection": state.config.collection,
             "embedded_at_startup": state.embedded_at_startup,

@@ -28,6 +28,12 @@ async def test_health_lists_models_and_apps(server: object) -> None:
     assert health["models"][:2] == ["smollm2-135m-instruct", "all-minilm-l6-v2"]
     assert set(APPS) <= set(health["apps"]) and "app:naive_rag" in health["models"]
     assert health["embedded_at_startup"] == CORPUS_LIMIT  # a fresh data dir
+    llm = health["llm"]  # the test server runs float32: weights fp32, as configured
+    assert (llm["dtype"], llm["weights"], llm["weights_reason"]) == (
+        "float32",
+        "fp32",
+        "as configured",
+    )
 
 
 async def test_apps_list_inputs_and_the_plans_the_cli_prints(server: object) -> None:
