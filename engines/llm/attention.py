@@ -7,7 +7,7 @@ prefill uses the path below, which is faster in bfloat16 than the reference beca
 scales q before the product (exact for power-of-two scales such as 64**-0.5) and takes the
 softmax in the cache dtype (torch accumulates a bf16 softmax in float32; the scores are bf16
 products either way). It is token-for-token equal to transformers in float32 (the tests run
-both backends). Reported in /work/notes/kernel-requests.md. On a CPU without native bfloat16
+both backends). On a CPU without native bfloat16
 matmuls (no AVX-512-BF16 or AMX: oneDNN has no bf16 path) a bf16 cache's attention runs its
 matmuls in float32: torch's emulated bf16 ``bmm`` there took 58% of a 256-token int8 prefill.
 """

@@ -30,6 +30,7 @@ int8 symmetric per output row (``scale = max|w| / 127``), int4 asymmetric per gr
 from __future__ import annotations
 
 import time
+from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -98,7 +99,7 @@ def gguf_blocks(data: np.ndarray, kind: str) -> Blocks | None:
     return Blocks(kind, q, d, m)
 
 
-class QuantLinear:
+class QuantLinear(ABC):
     """``x @ w.T (+ bias)`` through a quantized kernel below ``dense_from`` rows, through the
     dense copy ``dense(x)`` (when kept) from there on. Inputs and output in the model's dtype."""
 
@@ -111,8 +112,9 @@ class QuantLinear:
         """Route matmuls of ``rows`` rows or more to ``dense`` (which holds ``nbytes``)."""
         self.dense, self.dense_from, self.dense_nbytes = dense, rows, nbytes
 
+    @abstractmethod
     def kernel(self, x: torch.Tensor) -> torch.Tensor:
-        raise NotImplementedError
+        """``x @ w.T`` through the quantized kernel (``x`` in ``KERNEL_DTYPE``)."""
 
     def __call__(self, x: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
         if self.dense is not None and x.shape[0] >= self.dense_from:
